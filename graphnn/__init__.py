@@ -1,0 +1,41 @@
+"""graphnn: a deep-learning graph compiler with a PyTorch-style API.
+
+Eager tensors and autograd live in ``graphnn.frontend``; every op they run is defined once in the
+registry of ``graphnn.ir``.
+"""
+from . import ir  # noqa: F401  (registers every op)
+from .frontend import functions as _functions
+from .frontend.creation import (arange, as_tensor, empty, empty_like, eye, from_numpy, full,
+                                full_like, linspace, ones, ones_like, rand, rand_like, randint,
+                                randint_like, randn, randn_like, tensor, zeros, zeros_like)
+from .frontend.functions import add, bmm, mm, mul, pow, sub
+from .frontend.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .frontend.random import initial_seed, manual_seed
+from .frontend.tensor import Size, Tensor, device
+from .frontend.tensor_math import where
+from .frontend.tensor_shape import cat, concat, concatenate, pad, stack
+from .ir.dtypes import (DType as dtype, bool_ as bool, float16, float32, float64, int8, int16,
+                        int32, int64, uint8)
+from .ir.errors import GraphnnError
+
+float = float32
+double = float64
+half = float16
+long = int64
+int = int32
+short = int16
+
+globals().update({k: v for k, v in _functions.FUNCTIONS.items() if k not in globals()})
+
+__version__ = "0.1.0"
+
+
+def is_tensor(obj) -> bool:
+    return isinstance(obj, Tensor)
+
+
+def numel(t) -> int:
+    return t.numel()
+
+
+from . import autograd  # noqa: E402

@@ -1,0 +1,1 @@
+"""graphnn.frontend: eager tensors, autograd, creation functions and (later) Modules."""

@@ -1,0 +1,188 @@
+"""Tensor creation: ``tensor``, ``from_numpy``, ``zeros``/``ones``/``full``/``empty``, ranges,
+``eye``, random tensors and the ``*_like`` forms. float32 is the default float dtype."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.dtypes import DEFAULT_FLOAT, as_dtype, bool_, from_numpy_dtype, int64
+from ..ir.errors import DTypeError
+from .dispatch import apply1
+from .grad_mode import no_grad
+from .random import next_seed
+
+
+def _infer_dtype(data):
+    """PyTorch's dtype for Python data: floats -> float32, ints -> int64, bools -> bool."""
+    flat = np.asarray(data, dtype=object).reshape(-1) if not isinstance(data, np.ndarray) else None
+    if flat is None:
+        return None
+    kinds = {type(v) for v in flat}
+    if kinds and all(issubclass(k, (bool, np.bool_)) for k in kinds):
+        return bool_
+    if all(issubclass(k, (int, np.integer, bool, np.bool_)) for k in kinds):
+        return int64
+    return DEFAULT_FLOAT
+
+
+def as_array(data, dtype) -> np.ndarray:
+    """``data`` (nested lists, numbers, ndarrays, tensors) as a fresh ndarray of a graphnn dtype."""
+    from .tensor import Tensor
+    if isinstance(data, Tensor):
+        data = data._data
+    elif isinstance(data, (list, tuple)) and any(isinstance(v, Tensor) for v in _flatten(data)):
+        data = _nested_tensors_to_array(data)
+    if dtype is None:
+        dtype = _infer_dtype(data) if not isinstance(data, np.ndarray) else None
+    try:
+        arr = np.array(data, dtype=None if dtype is None else as_dtype(dtype).np)
+    except (ValueError, TypeError) as e:
+        raise DTypeError(f"graphnn.tensor: could not convert data to a tensor: {e}") from None
+    from_numpy_dtype(arr.dtype)  # rejects dtypes graphnn has no equivalent of
+    return arr
+
+
+def _flatten(data):
+    for v in data:
+        if isinstance(v, (list, tuple)):
+            yield from _flatten(v)
+        else:
+            yield v
+
+
+def _nested_tensors_to_array(data):
+    return [(_nested_tensors_to_array(v) if isinstance(v, (list, tuple)) else
+             (v._data if hasattr(v, "_data") else v)) for v in data]
+
+
+def _wrap(array, requires_grad=False):
+    from .tensor import Tensor
+    t = Tensor._wrap(array)
+    if requires_grad:
+        t.requires_grad = True
+    return t
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False):
+    """A new tensor holding a copy of ``data``."""
+    return _wrap(as_array(data, dtype), requires_grad)
+
+
+as_tensor = tensor
+
+
+def from_numpy(array: np.ndarray):
+    """A tensor sharing memory with ``array`` (writes through either are seen by both)."""
+    from_numpy_dtype(array.dtype)
+    return _wrap(array)
+
+
+def _shape(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = tuple(size[0])
+    return tuple(int(s) for s in size)
+
+
+def _dtype(dtype):
+    return DEFAULT_FLOAT if dtype is None else as_dtype(dtype)
+
+
+def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
+    if dtype is None:
+        dtype = bool_ if isinstance(fill_value, bool) else int64 if isinstance(
+            fill_value, int) else DEFAULT_FLOAT
+    with no_grad():
+        t = apply1("full", shape=_shape((size,)), value=fill_value, dtype=as_dtype(dtype))
+    return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False):
+    return full(_shape(size), 0, dtype=_dtype(dtype), requires_grad=requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False):
+    return full(_shape(size), 1, dtype=_dtype(dtype), requires_grad=requires_grad)
+
+
+def empty(*size, dtype=None, device=None, requires_grad=False):
+    return _wrap(np.empty(_shape(size), dtype=_dtype(dtype).np), requires_grad)
+
+
+def _like(fn, t, dtype, requires_grad, *args):
+    return fn(tuple(t.shape), *args, dtype=t.dtype if dtype is None else dtype,
+              requires_grad=requires_grad)
+
+
+def zeros_like(t, *, dtype=None, device=None, requires_grad=False):
+    return _like(lambda s, **k: full(s, 0, **k), t, dtype, requires_grad)
+
+
+def ones_like(t, *, dtype=None, device=None, requires_grad=False):
+    return _like(lambda s, **k: full(s, 1, **k), t, dtype, requires_grad)
+
+
+def full_like(t, fill_value, *, dtype=None, device=None, requires_grad=False):
+    return _like(lambda s, **k: full(s, fill_value, **k), t, dtype, requires_grad)
+
+
+def empty_like(t, *, dtype=None, device=None, requires_grad=False):
+    return _like(lambda s, **k: empty(s, **k), t, dtype, requires_grad)
+
+
+def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
+    """Values from ``start`` (default 0) below ``end`` by ``step``; int64 unless a bound is
+    a float."""
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        dtype = DEFAULT_FLOAT if any(isinstance(v, float) for v in (start, end, step)) else int64
+    t = apply1("arange", start=start, end=end, step=step, dtype=as_dtype(dtype))
+    return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
+    return _wrap(np.linspace(start, end, int(steps), dtype=np.float64).astype(_dtype(dtype).np),
+                 requires_grad)
+
+
+def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
+    return _wrap(np.eye(n, n if m is None else m, dtype=_dtype(dtype).np), requires_grad)
+
+
+def _random(op, size, dtype, requires_grad, **attrs):
+    t = apply1(op, shape=_shape(size), dtype=dtype, seed=next_seed(), **attrs)
+    return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+def rand(*size, dtype=None, device=None, generator=None, requires_grad=False):
+    """Uniform numbers in [0, 1), from graphnn's global generator."""
+    return _random("rand", size, _dtype(dtype), requires_grad)
+
+
+def randn(*size, dtype=None, device=None, generator=None, requires_grad=False):
+    """Standard normal numbers, from graphnn's global generator."""
+    return _random("randn", size, _dtype(dtype), requires_grad)
+
+
+def randint(low, high=None, size=None, *, dtype=None, device=None, generator=None,
+            requires_grad=False):
+    """Integers in [low, high); ``randint(high, size)`` starts at 0, as in PyTorch."""
+    if size is None:
+        low, high, size = 0, low, high
+    return _random("randint", (tuple(size),), int64 if dtype is None else as_dtype(dtype),
+                   False, low=int(low), high=int(high))
+
+
+def rand_like(t, *, dtype=None, requires_grad=False):
+    return rand(tuple(t.shape), dtype=t.dtype if dtype is None else dtype,
+                requires_grad=requires_grad)
+
+
+def randn_like(t, *, dtype=None, requires_grad=False):
+    return randn(tuple(t.shape), dtype=t.dtype if dtype is None else dtype,
+                 requires_grad=requires_grad)
+
+
+def randint_like(t, low, high=None, *, dtype=None):
+    if high is None:
+        low, high = 0, low
+    return randint(low, high, tuple(t.shape), dtype=t.dtype if dtype is None else dtype)

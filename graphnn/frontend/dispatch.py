@@ -1,0 +1,47 @@
+"""The one entry point through which every eager tensor operation runs a registry op.
+
+``apply_op`` normalises attributes, runs the op's shape rule (which raises graphnn errors for bad
+operands before anything is computed), runs the reference implementation, and records a tape
+node when gradients are needed.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.registry import OpGroup, get_op
+from ..ir.types import TensorType
+from .autograd import EagerEmitter, Node
+from .grad_mode import is_grad_enabled
+
+
+def apply_op(name: str, inputs, attrs=None) -> tuple:
+    """Run registry op ``name`` on eager tensors; returns a tuple of output tensors."""
+    from .tensor import Tensor
+
+    op = get_op(name)
+    attrs = op.normalize_attrs(attrs or {})
+    out_types = op.infer_types([TensorType(t.shape, t.dtype) for t in inputs], attrs)
+    arrays = op.run([t._data for t in inputs], attrs, out_types)
+    outs = tuple(Tensor._wrap(a) for a in arrays)
+    if op.group is OpGroup.SHAPE and inputs:
+        source = inputs[0]
+        for out in outs:
+            if np.may_share_memory(out._data, source._data):
+                out._make_view_of(source)
+    if is_grad_enabled() and op.differentiable and any(t.requires_grad for t in inputs):
+        node = Node(op, attrs, inputs, outs)
+        for i, out in enumerate(outs):
+            if out.dtype.is_floating_point:
+                out._set_grad_fn(node, i)
+        node.save_outputs(outs)
+    return outs
+
+
+def apply1(name: str, *inputs, **attrs):
+    """``apply_op`` for single-output ops, returning the tensor itself."""
+    return apply_op(name, list(inputs), attrs)[0]
+
+
+def eager_emitter() -> EagerEmitter:
+    from .tensor import Tensor
+    return EagerEmitter(apply_op, Tensor._wrap)

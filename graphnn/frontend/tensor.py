@@ -1,0 +1,401 @@
+"""graphnn.Tensor: a NumPy-backed eager tensor with PyTorch's surface and autograd.
+
+This file holds the tensor's state and its autograd, conversion and in-place machinery; the op
+methods come from mixins (``tensor_math.py``, ``tensor_shape.py``) that all go through
+``dispatch.apply_op``, so every op a tensor runs is a registry op.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.dtypes import DType, as_dtype, from_numpy_dtype
+from ..ir.errors import AutogradError, DTypeError, ShapeError, UnsupportedError
+from . import printing
+from .autograd import AccumulateGrad, VersionCounter, run_backward
+from .dispatch import apply1, eager_emitter
+from .grad_mode import is_grad_enabled
+from .indexing import getitem, setitem
+from .tensor_math import TensorMathMixin
+from .tensor_shape import TensorShapeMixin
+
+
+class Size(tuple):
+    """A tensor's shape: a tuple that prints as ``graphnn.Size([2, 3])``."""
+
+    def __repr__(self):
+        return f"graphnn.Size({list(self)})"
+
+    def numel(self) -> int:
+        return int(np.prod(self, dtype=np.int64))
+
+
+class device:
+    """The device a tensor lives on; eager tensors are always on the CPU."""
+
+    def __init__(self, type="cpu"):
+        if str(type) != "cpu":
+            raise UnsupportedError(f"graphnn: device {type!r} is not available; eager tensors "
+                                   f"live on the CPU")
+        self.type = "cpu"
+
+    def __eq__(self, other):
+        return str(other) == "cpu" or (isinstance(other, device) and other.type == self.type)
+
+    def __hash__(self):
+        return hash(self.type)
+
+    def __str__(self):
+        return self.type
+
+    def __repr__(self):
+        return f"device(type='{self.type}')"
+
+
+CPU = device("cpu")
+
+
+class RemovableHandle:
+    """Returned by ``register_hook``: ``remove()`` takes the hook out again."""
+
+    def __init__(self, hooks: list, hook):
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self):
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
+
+
+class Tensor(TensorMathMixin, TensorShapeMixin):
+    """An n-dimensional array of one dtype, with gradients recorded when ``requires_grad``."""
+
+    __array_priority__ = 1000  # NumPy defers to Tensor's reflected operators
+
+    def __init__(self, data, *, requires_grad: bool = False):
+        from .creation import as_array
+        self._init(as_array(data, None))
+        self.requires_grad = requires_grad
+
+    def _init(self, array: np.ndarray) -> None:
+        self._data = array
+        self._requires_grad = False
+        self.grad = None
+        self.grad_fn = None
+        self._output_nr = 0
+        self._version = VersionCounter()
+        self._base = None
+        self._accum = None
+
+    @classmethod
+    def _wrap(cls, array) -> "Tensor":
+        """A tensor owning ``array`` (no copy); ``array`` must have a graphnn dtype."""
+        t = Tensor.__new__(Tensor)
+        t._init(array if isinstance(array, np.ndarray) else np.asarray(array))
+        return t
+
+    # ---- metadata -----------------------------------------------------------------------------
+
+    @property
+    def shape(self) -> Size:
+        return Size(self._data.shape)
+
+    def size(self, dim: int | None = None):
+        if dim is None:
+            return self.shape
+        from ..ir.ops.shape_rules import normalize_dim
+        return self._data.shape[normalize_dim("size", dim, self.ndim)]
+
+    @property
+    def dtype(self) -> DType:
+        return from_numpy_dtype(self._data.dtype)
+
+    @property
+    def ndim(self) -> int:
+        return self._data.ndim
+
+    def dim(self) -> int:
+        return self._data.ndim
+
+    def numel(self) -> int:
+        return int(self._data.size)
+
+    nelement = numel
+
+    def element_size(self) -> int:
+        return self._data.itemsize
+
+    @property
+    def device(self) -> device:
+        return CPU
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_floating_point
+
+    @property
+    def _version_value(self) -> int:
+        return self._version.value
+
+    # ---- autograd -----------------------------------------------------------------------------
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        value = bool(value)
+        if self.grad_fn is not None and not value:
+            raise AutogradError("you can only change requires_grad flags of leaf variables. If "
+                                "you want to use a computed variable in a subgraph that doesn't "
+                                "require differentiation use var_no_grad = var.detach().")
+        if value and not self.dtype.is_floating_point:
+            raise DTypeError(f"only Tensors of floating point dtype can require gradients, got "
+                             f"{self.dtype.name}")
+        self._requires_grad = value
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        self.requires_grad = requires_grad
+        return self
+
+    def _set_grad_fn(self, node, output_nr: int) -> None:
+        self.grad_fn, self._output_nr, self._requires_grad = node, output_nr, True
+
+    def _accumulator(self) -> AccumulateGrad:
+        if self._accum is None:
+            self._accum = AccumulateGrad(self)
+        return self._accum
+
+    def _alias(self, data=None) -> "Tensor":
+        """A new tensor object at this tensor's place in the graph, sharing (or given) data."""
+        t = Tensor._wrap(self._data if data is None else data)
+        if data is None:
+            t._version = self._version
+        t._requires_grad = self._requires_grad
+        t.grad_fn, t._output_nr = self.grad_fn, self._output_nr
+        if self._requires_grad and self.grad_fn is None:
+            t._accum = self._accumulator()
+        return t
+
+    def _make_view_of(self_view, source: "Tensor") -> None:
+        self_view._version = source._version
+        self_view._base = source._base if source._base is not None else source
+
+    def detach(self) -> "Tensor":
+        """The same data (shared memory and version counter) outside the graph."""
+        t = Tensor._wrap(self._data)
+        t._version = self._version
+        return t
+
+    def detach_(self) -> "Tensor":
+        self.grad_fn, self._requires_grad = None, False
+        return self
+
+    @property
+    def data(self) -> "Tensor":
+        return self.detach()
+
+    @data.setter
+    def data(self, value: "Tensor") -> None:
+        self._data = value._data if isinstance(value, Tensor) else np.asarray(value)
+
+    def retain_grad(self) -> None:
+        if not self.requires_grad:
+            raise AutogradError("can't retain_grad on Tensor that has requires_grad=False")
+        if self.grad_fn is not None:
+            import weakref
+            self.grad_fn.retained[self._output_nr] = weakref.ref(self)
+
+    @property
+    def retains_grad(self) -> bool:
+        return self.grad_fn is not None and self._output_nr in self.grad_fn.retained
+
+    def register_hook(self, hook) -> RemovableHandle:
+        """Call ``hook(grad)`` when this tensor's gradient is computed; a returned tensor
+        replaces the gradient."""
+        if not self.requires_grad:
+            raise AutogradError("cannot register a hook on a tensor that doesn't require "
+                                "gradient")
+        node = self.grad_fn if self.grad_fn is not None else self._accumulator()
+        hooks = node.hooks.setdefault(self._output_nr if self.grad_fn is not None else 0, [])
+        hooks.append(hook)
+        return RemovableHandle(hooks, hook)
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        """Accumulate d(self)/d(leaf) into every leaf's ``.grad`` (see ``graphnn.autograd``)."""
+        from .autograd_api import backward
+        backward([self], None if gradient is None else [gradient], retain_graph=retain_graph,
+                 create_graph=create_graph, inputs=inputs)
+
+    # ---- conversion -----------------------------------------------------------------------------
+
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        if self.requires_grad and not force:
+            raise AutogradError("Can't call numpy() on Tensor that requires grad. Use "
+                                "tensor.detach().numpy() instead.")
+        return self._data
+
+    def __array__(self, dtype=None, copy=None):
+        return self._data if dtype is None else self._data.astype(dtype)
+
+    def item(self):
+        if self._data.size != 1:
+            raise ShapeError(f"a Tensor with {self._data.size} elements cannot be converted to "
+                             f"Scalar")
+        return self._data.reshape(()).item()
+
+    def tolist(self):
+        return self._data.tolist()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self.dtype.category != 1:
+            raise DTypeError("only integer tensors of a single element can be converted to an "
+                             "index")
+        return int(self.item())
+
+    def __bool__(self):
+        if self._data.size != 1:
+            raise ShapeError(f"Boolean value of Tensor with {self._data.size} values is "
+                             f"ambiguous")
+        return bool(self._data.reshape(()).item())
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self._data.shape[0]
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._data.shape[0]))
+
+    __hash__ = object.__hash__
+
+    def to(self, *args, **kwargs) -> "Tensor":
+        """``to(dtype)``, ``to("cpu")``, ``to(other)``; returns self when nothing changes."""
+        dtype = kwargs.get("dtype")
+        for a in list(args) + [kwargs.get("device")]:
+            if isinstance(a, Tensor):
+                dtype = a.dtype
+            elif isinstance(a, (str, device)) and a is not None:
+                device(str(a))
+            elif a is not None:
+                dtype = as_dtype(a)
+        if dtype is None or as_dtype(dtype) == self.dtype:
+            return self
+        return apply1("cast", self, dtype=as_dtype(dtype))
+
+    def type(self, dtype=None):
+        if dtype is None:
+            return f"graphnn.{self.dtype.name}"
+        return self.to(dtype)
+
+    def float(self):
+        return self.to("float32")
+
+    def double(self):
+        return self.to("float64")
+
+    def half(self):
+        return self.to("float16")
+
+    def long(self):
+        return self.to("int64")
+
+    def int(self):
+        return self.to("int32")
+
+    def bool(self):
+        return self.to("bool")
+
+    def cpu(self):
+        return self
+
+    def cuda(self, *args, **kwargs):
+        raise UnsupportedError("graphnn: CUDA tensors are not available in eager mode; compile "
+                               "the model with a GPU backend instead")
+
+    def clone(self) -> "Tensor":
+        return apply1("cast", self, dtype=self.dtype)
+
+    def contiguous(self) -> "Tensor":
+        return self
+
+    def is_contiguous(self) -> bool:
+        return bool(self._data.flags.c_contiguous)
+
+    # ---- indexing -------------------------------------------------------------------------------
+
+    def __getitem__(self, key):
+        return getitem(self, key)
+
+    def __setitem__(self, key, value):
+        setitem(self, key, value)
+
+    # ---- in-place ---------------------------------------------------------------------------------
+
+    def _inplace(self, op_name: str, compute, *operands) -> "Tensor":
+        """Run ``compute(snapshot)`` functionally, then write the result into this tensor.
+
+        Guarantees PyTorch's rules: a leaf requiring grad cannot be changed while grad mode is
+        on; the result must keep this tensor's shape and must not need a higher dtype category;
+        on any error nothing is written.
+        """
+        recording = is_grad_enabled() and (self.requires_grad or any(
+            isinstance(o, Tensor) and o.requires_grad for o in operands))
+        if recording and self.requires_grad and self.grad_fn is None:
+            raise AutogradError(f"{op_name}: a leaf Variable that requires grad is being used in "
+                                f"an in-place operation.")
+        if recording and self._base is not None:
+            raise UnsupportedError(f"{op_name}: in-place modification of a view while recording "
+                                   f"gradients is not supported by graphnn's eager autograd; "
+                                   f"use the out-of-place form")
+        source = self._alias(self._data.copy()) if recording else self
+        result = compute(source)
+        if result.shape != self.shape:
+            raise ShapeError(f"{op_name}: output with shape {list(self.shape)} doesn't match the "
+                             f"broadcast shape {list(result.shape)}")
+        if result.dtype != self.dtype:
+            if result.dtype.category > self.dtype.category:
+                raise DTypeError(f"{op_name}: result type {result.dtype.name} can't be cast to "
+                                 f"the desired output type {self.dtype.name}")
+            result = apply1("cast", result, dtype=self.dtype)
+        if not self._data.flags.writeable:
+            raise UnsupportedError(f"{op_name}: this tensor is a broadcast (expanded) view and "
+                                   f"cannot be written in place; clone() it first")
+        np.copyto(self._data, result._data)
+        self._version.value += 1
+        if result.requires_grad:
+            self._set_grad_fn(result.grad_fn, result._output_nr)
+        return self
+
+    # ---- printing ---------------------------------------------------------------------------------
+
+    def __repr__(self):
+        return printing.tensor_repr(self)
+
+    def __str__(self):
+        return printing.tensor_repr(self)
+
+    def __format__(self, spec):
+        if self.ndim == 0 and spec:
+            return format(self.item(), spec)
+        return repr(self)
+
+    def __reduce_ex__(self, protocol):
+        # in-memory copies (copy.deepcopy, multiprocessing); graphnn.save never pickles
+        return (_rebuild_tensor, (self._data.copy(), self._requires_grad))
+
+
+def _rebuild_tensor(array, requires_grad):
+    t = Tensor._wrap(array)
+    t._requires_grad = requires_grad
+    return t

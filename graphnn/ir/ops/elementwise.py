@@ -1,0 +1,307 @@
+"""Elementwise ops: broadcasting arithmetic, math functions, activations, comparisons, casts.
+
+Every op here broadcasts its inputs, promotes dtypes as PyTorch does (``result`` selects the
+output rule: the promoted dtype, a floating dtype, or bool), and computes float16 in float32
+before rounding back, as PyTorch's CPU kernels do.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..dtypes import bool_, float16, float32
+from ..errors import DTypeError
+from ..registry import Attr, NotDifferentiable, OpDef, OpGroup, register, type_of_array
+from ..types import TensorType
+from .shape_rules import broadcast_shapes, float_of, promoted
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_GELU_TANH_COEF = 0.044715
+
+
+def _result_dtype(name, result, types):
+    compute = promoted(types)
+    if result == "bool":
+        return bool_
+    if result == "float":
+        return float_of(compute)
+    if result == "promote_nonbool" and compute is bool_:
+        raise DTypeError(f"{name}: not supported for bool tensors")
+    return compute
+
+
+def _make_impl(name, fn, result, data_from):
+    """Wrap a NumPy function: cast operands to the compute dtype, float16 through float32."""
+    def impl(*arrays, **attrs):
+        types = [type_of_array(a) for a in arrays[data_from:]]
+        compute = _result_dtype(name, result, types) if result != "bool" else promoted(types)
+        if compute is float16:
+            compute = float32
+        cast = list(arrays[:data_from]) + [a.astype(compute.np, copy=False) for a in arrays[data_from:]]
+        return fn(*cast, **attrs)
+    return impl
+
+
+def elementwise(name, fn, grad, *, arity=1, result="promote", attrs=None, saves_inputs=None,
+                saves_outputs=(), data_from=0, doc=""):
+    """Register one broadcasting elementwise op; ``data_from`` skips leading non-data inputs."""
+    def infer(types, **_attrs):
+        shape = broadcast_shapes(name, [t.shape for t in types])
+        return TensorType(shape, _result_dtype(name, result, types[data_from:]))
+
+    return register(OpDef(name=name, group=OpGroup.ELEMENTWISE, infer=infer,
+                          impl=_make_impl(name, fn, result, data_from), grad=grad,
+                          attrs=attrs or {}, arity=(arity, arity), saves_inputs=saves_inputs,
+                          saves_outputs=saves_outputs, doc=doc))
+
+
+def _zero_where(b, cond, g):
+    """``g`` where ``cond`` is false, 0 where it is true."""
+    return b.where(cond, b.scalar(0, b.dtype(g)), g)
+
+
+def _keep_where(b, cond, g):
+    return b.where(cond, g, b.scalar(0, b.dtype(g)))
+
+
+# ---- arithmetic ----------------------------------------------------------------------------
+
+elementwise("add", np.add, lambda b, ctx, g: [g, g], arity=2, saves_inputs=(), doc="x + y")
+elementwise("sub", np.subtract, lambda b, ctx, g: [g, b.neg(g)], arity=2,
+            result="promote_nonbool", saves_inputs=(), doc="x - y")
+
+
+def _grad_mul(b, ctx, g):
+    return [b.mul(g, ctx.input(1)), b.mul(g, ctx.input(0))]
+
+
+elementwise("mul", np.multiply, _grad_mul, arity=2, doc="x * y")
+
+
+def _grad_div(b, ctx, g):
+    y, out = ctx.input(1), ctx.output()
+    gx = b.div(g, y)
+    return [gx, b.neg(b.mul(gx, out))]
+
+
+elementwise("div", np.true_divide, _grad_div, arity=2, result="float", saves_inputs=(1,),
+            saves_outputs=(0,), doc="true division x / y")
+
+
+def _grad_remainder(b, ctx, g):
+    x, y = ctx.input(0), ctx.input(1)
+    return [g, b.neg(b.mul(g, b.floor_divide(x, y)))]
+
+
+elementwise("remainder", np.remainder, _grad_remainder, arity=2, result="promote_nonbool",
+            doc="x % y with the sign of y (Python's modulo)")
+elementwise("floor_divide", np.floor_divide,
+            NotDifferentiable("floor_divide is piecewise constant"), arity=2,
+            result="promote_nonbool", doc="floor(x / y)")
+elementwise("neg", np.negative, lambda b, ctx, g: [b.neg(g)], result="promote_nonbool",
+            saves_inputs=(), doc="-x")
+
+
+def _grad_pow(b, ctx, g):
+    x, y, out = ctx.input(0), ctx.input(1), ctx.output()
+    one = b.scalar(1, b.dtype(y))
+    gx = b.mul(g, b.mul(y, b.pow(x, b.sub(y, one))))
+    x_is_zero = b.logical_and(b.eq(x, b.scalar(0, b.dtype(x))), b.ge(y, b.scalar(0, b.dtype(y))))
+    gy = _zero_where(b, x_is_zero, b.mul(g, b.mul(out, b.log(x))))
+    return [gx, gy]
+
+
+elementwise("pow", np.power, _grad_pow, arity=2, saves_outputs=(0,), doc="x ** y")
+
+
+def _grad_maximum_like(compare):
+    def rule(b, ctx, g):
+        x, y = ctx.input(0), ctx.input(1)
+        half = b.mul(g, b.scalar(0.5, b.dtype(g)))
+        tie = b.eq(x, y)
+        x_wins = getattr(b, compare)(x, y)
+        y_wins = getattr(b, compare)(y, x)
+        gx = b.where(tie, half, _keep_where(b, x_wins, g))
+        gy = b.where(tie, half, _keep_where(b, y_wins, g))
+        return [gx, gy]
+    return rule
+
+
+elementwise("maximum", np.maximum, _grad_maximum_like("gt"), arity=2,
+            doc="elementwise max; ties split the gradient equally")
+elementwise("minimum", np.minimum, _grad_maximum_like("lt"), arity=2,
+            doc="elementwise min; ties split the gradient equally")
+
+
+def _clamp_impl(x, *, min, max):
+    if min is not None:
+        x = np.maximum(x, np.asarray(min, dtype=x.dtype))
+    if max is not None:
+        x = np.minimum(x, np.asarray(max, dtype=x.dtype))
+    return x
+
+
+def _grad_clamp(b, ctx, g):
+    x = ctx.input(0)
+    lo, hi = ctx.attrs["min"], ctx.attrs["max"]
+    if lo is not None:
+        g = _keep_where(b, b.ge(x, b.scalar(lo, b.dtype(x))), g)
+    if hi is not None:
+        g = _keep_where(b, b.le(x, b.scalar(hi, b.dtype(x))), g)
+    return [g]
+
+
+elementwise("clamp", _clamp_impl, _grad_clamp,
+            attrs={"min": Attr("optional_scalar", None), "max": Attr("optional_scalar", None)},
+            doc="min(max(x, min), max); gradient passes where min <= x <= max")
+
+
+def _grad_where(b, ctx, g):
+    cond = ctx.input(0)
+    return [None, _keep_where(b, cond, g), _zero_where(b, cond, g)]
+
+
+def _where_impl(cond, x, y):
+    return np.where(cond.astype(bool, copy=False), x, y)
+
+
+elementwise("where", _where_impl, _grad_where, arity=3, data_from=1, saves_inputs=(0,),
+            doc="x where cond else y")
+
+# ---- math functions -----------------------------------------------------------------------
+
+elementwise("exp", np.exp, lambda b, ctx, g: [b.mul(g, ctx.output())], result="float",
+            saves_inputs=(), saves_outputs=(0,))
+elementwise("log", np.log, lambda b, ctx, g: [b.div(g, ctx.input(0))], result="float")
+elementwise("sqrt", np.sqrt,
+            lambda b, ctx, g: [b.div(g, b.mul(ctx.output(), b.scalar(2, b.dtype(g))))],
+            result="float", saves_inputs=(), saves_outputs=(0,))
+
+
+def _rsqrt(x):
+    return 1.0 / np.sqrt(x)
+
+
+def _grad_rsqrt(b, ctx, g):
+    out = ctx.output()
+    cube = b.mul(out, b.mul(out, out))
+    return [b.mul(g, b.mul(cube, b.scalar(-0.5, b.dtype(out))))]
+
+
+elementwise("rsqrt", _rsqrt, _grad_rsqrt, result="float", saves_inputs=(), saves_outputs=(0,))
+elementwise("sign", np.sign, NotDifferentiable("sign is piecewise constant"),
+            doc="-1, 0 or 1 by the sign of x")
+elementwise("abs", np.abs, lambda b, ctx, g: [b.mul(g, b.sign(ctx.input(0)))],
+            result="promote_nonbool")
+
+
+def _grad_tanh(b, ctx, g):
+    out = ctx.output()
+    return [b.mul(g, b.sub(b.scalar(1, b.dtype(out)), b.mul(out, out)))]
+
+
+elementwise("tanh", np.tanh, _grad_tanh, result="float", saves_inputs=(), saves_outputs=(0,))
+
+
+def _sigmoid(x):
+    # exp of a non-positive number only: stable for large |x|
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _grad_sigmoid(b, ctx, g):
+    out = ctx.output()
+    return [b.mul(g, b.mul(out, b.sub(b.scalar(1, b.dtype(out)), out)))]
+
+
+elementwise("sigmoid", _sigmoid, _grad_sigmoid, result="float", saves_inputs=(),
+            saves_outputs=(0,))
+
+
+def _erf(x):
+    """Error function to float64 accuracy; NumPy has none, so each element goes through math.erf."""
+    return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype) if x.size else x.copy()
+
+
+def _grad_erf(b, ctx, g):
+    x = ctx.input(0)
+    scale = b.scalar(2.0 / math.sqrt(math.pi), b.dtype(g))
+    return [b.mul(g, b.mul(scale, b.exp(b.neg(b.mul(x, x)))))]
+
+
+elementwise("erf", _erf, _grad_erf, result="float")
+
+
+def _relu(x):
+    return np.maximum(x, np.zeros((), dtype=x.dtype))
+
+
+elementwise("relu", _relu, lambda b, ctx, g: [_keep_where(b, b.gt(ctx.output(), b.scalar(0, b.dtype(g))), g)],
+            result="promote_nonbool", saves_inputs=(), saves_outputs=(0,), doc="max(x, 0)")
+
+
+def _gelu(x, *, approximate):
+    if approximate == "tanh":
+        inner = _SQRT_2_OVER_PI * (x + _GELU_TANH_COEF * x ** 3)
+        return 0.5 * x * (1.0 + np.tanh(inner))
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def _grad_gelu(b, ctx, g):
+    x = ctx.input(0)
+    dt = b.dtype(g)
+
+    def c(v):
+        return b.scalar(v, dt)
+    if ctx.attrs["approximate"] == "tanh":
+        x2 = b.mul(x, x)
+        inner = b.mul(c(_SQRT_2_OVER_PI), b.add(x, b.mul(c(_GELU_TANH_COEF), b.mul(x2, x))))
+        t = b.tanh(inner)
+        left = b.mul(c(0.5), b.add(c(1.0), t))
+        d_inner = b.mul(c(_SQRT_2_OVER_PI), b.add(c(1.0), b.mul(c(3 * _GELU_TANH_COEF), x2)))
+        right = b.mul(b.mul(c(0.5), x), b.mul(b.sub(c(1.0), b.mul(t, t)), d_inner))
+        return [b.mul(g, b.add(left, right))]
+    cdf = b.mul(c(0.5), b.add(c(1.0), b.erf(b.mul(x, c(1 / math.sqrt(2.0))))))
+    pdf = b.mul(c(1 / math.sqrt(2 * math.pi)), b.exp(b.mul(b.mul(x, x), c(-0.5))))
+    return [b.mul(g, b.add(cdf, b.mul(x, pdf)))]
+
+
+elementwise("gelu", _gelu, _grad_gelu, result="float",
+            attrs={"approximate": Attr("str", "none", ("none", "tanh"))},
+            doc="x * Phi(x), exactly (erf) or with the tanh approximation")
+
+# ---- comparisons and logic --------------------------------------------------------------------
+
+_COMPARISONS = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+                "gt": np.greater, "ge": np.greater_equal}
+for _name, _fn in _COMPARISONS.items():
+    elementwise(_name, _fn, NotDifferentiable("comparison results are boolean"), arity=2,
+                result="bool")
+
+_LOGICAL = {"logical_and": np.logical_and, "logical_or": np.logical_or,
+            "logical_xor": np.logical_xor}
+for _name, _fn in _LOGICAL.items():
+    elementwise(_name, _fn, NotDifferentiable("logical results are boolean"), arity=2,
+                result="bool")
+elementwise("logical_not", np.logical_not, NotDifferentiable("logical results are boolean"),
+            result="bool")
+
+
+# ---- casts ----------------------------------------------------------------------------------
+
+def _cast_infer(types, *, dtype):
+    return TensorType(types[0].shape, dtype)
+
+
+def _cast_impl(x, *, dtype):
+    return x.astype(dtype.np)
+
+
+def _grad_cast(b, ctx, g):
+    return [g if ctx.input_types[0].dtype.is_floating_point else None]
+
+
+register(OpDef(name="cast", group=OpGroup.ELEMENTWISE, infer=_cast_infer, impl=_cast_impl,
+               grad=_grad_cast, attrs={"dtype": Attr("dtype")}, saves_inputs=(),
+               doc="convert to dtype; the gradient is converted back"))

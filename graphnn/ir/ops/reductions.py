@@ -1,0 +1,302 @@
+"""Reductions over sets of axes (sum, mean, amax, var, logsumexp...) and softmax/log_softmax.
+
+Reductions take ``dims`` (None: all) and ``keepdim``. Gradient rules bring the output gradient
+back to the keepdim shape; the autograd driver's ``fit`` expands it over the reduced axes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..dtypes import int64
+from ..errors import DTypeError, ShapeError
+from ..registry import Attr, NotDifferentiable, OpDef, OpGroup, register
+from ..types import TensorType
+from .shape_rules import float_of, normalize_dim, normalize_dims, reduced_shape
+
+_DIMS = {"dims": Attr("optional_ints", None), "keepdim": Attr("bool", False)}
+
+
+def _require_float(op, t):
+    if not t.dtype.is_floating_point:
+        raise DTypeError(f"{op}: expected a floating point tensor, got {t.dtype.name}")
+
+
+def _require_nonempty(op, t, dims):
+    if any(t.shape[d] == 0 for d in dims) or (not dims and t.numel == 0):
+        raise ShapeError(f"{op}: cannot reduce over a zero-size dimension "
+                         f"(input shape {list(t.shape)})")
+
+
+def _keepdim_shape(ctx):
+    t = ctx.input_types[0]
+    dims = normalize_dims(ctx.op_name, ctx.attrs["dims"], t.ndim)
+    return reduced_shape(t.shape, dims, True)
+
+
+def _unreduce(b, ctx, g):
+    """The output gradient reshaped to the keepdim shape, ready to broadcast over the input."""
+    return b.reshape(g, shape=_keepdim_shape(ctx))
+
+
+def _count(ctx):
+    t = ctx.input_types[0]
+    dims = normalize_dims(ctx.op_name, ctx.attrs["dims"], t.ndim)
+    return int(np.prod([t.shape[d] for d in dims], dtype=np.int64))
+
+
+def _reduction(name, impl, grad, out_dtype, *, attrs=None, nonempty=False, saves_inputs=None,
+               saves_outputs=(), doc=""):
+    def infer(types, *, dims, keepdim, **_):
+        t = types[0]
+        nd = normalize_dims(name, dims, t.ndim)
+        if nonempty:
+            _require_nonempty(name, t, nd)
+        return TensorType(reduced_shape(t.shape, nd, keepdim), out_dtype(name, t))
+
+    def run(x, *, dims, keepdim, **extra):
+        axes = normalize_dims(name, dims, x.ndim)
+        return impl(x, axes, keepdim, **extra)
+
+    register(OpDef(name=name, group=OpGroup.REDUCTION, infer=infer, impl=run, grad=grad,
+                   attrs={**_DIMS, **(attrs or {})}, saves_inputs=saves_inputs,
+                   saves_outputs=saves_outputs, doc=doc))
+
+
+def _sum_dtype(op, t):
+    return t.dtype if t.dtype.is_floating_point else int64
+
+
+def _same_dtype(op, t):
+    return t.dtype
+
+
+def _float_only(op, t):
+    _require_float(op, t)
+    return t.dtype
+
+
+def _sum(x, axes, keepdim):
+    acc = np.float32 if x.dtype == np.float16 else None
+    return np.sum(x, axis=axes, keepdims=keepdim, dtype=acc if acc else (
+        x.dtype if x.dtype.kind == "f" else np.int64))
+
+
+_reduction("sum", _sum, lambda b, ctx, g: [_unreduce(b, ctx, g)], _sum_dtype, saves_inputs=())
+
+
+def _mean(x, axes, keepdim):
+    acc = np.float32 if x.dtype == np.float16 else x.dtype
+    return np.mean(x, axis=axes, keepdims=keepdim, dtype=acc)
+
+
+def _grad_mean(b, ctx, g):
+    return [b.div(_unreduce(b, ctx, g), b.scalar(max(_count(ctx), 1), b.dtype(g)))]
+
+
+_reduction("mean", _mean, _grad_mean, _float_only, saves_inputs=())
+
+
+def _grad_extreme(b, ctx, g):
+    x, out = ctx.input(0), ctx.output()
+    shape = _keepdim_shape(ctx)
+    hit = b.eq(x, b.reshape(out, shape=shape))
+    mask = b.cast(hit, dtype=b.dtype(g))
+    count = b.sum(mask, dims=ctx.attrs["dims"], keepdim=True)
+    return [b.div(b.mul(_unreduce(b, ctx, g), mask), count)]
+
+
+_reduction("amax", lambda x, a, k: np.amax(x, axis=a, keepdims=k), _grad_extreme, _same_dtype,
+           nonempty=True, saves_outputs=(0,), doc="maximum; ties share the gradient equally")
+_reduction("amin", lambda x, a, k: np.amin(x, axis=a, keepdims=k), _grad_extreme, _same_dtype,
+           nonempty=True, saves_outputs=(0,), doc="minimum; ties share the gradient equally")
+
+
+def _var(x, axes, keepdim, *, correction):
+    acc = np.float32 if x.dtype == np.float16 else x.dtype
+    n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    mean = np.mean(x, axis=axes, keepdims=True, dtype=acc)
+    sq = np.sum(np.square(x - mean), axis=axes, keepdims=keepdim, dtype=acc)
+    return sq / max(n - correction, 0)
+
+
+def _std(x, axes, keepdim, *, correction):
+    return np.sqrt(_var(x, axes, keepdim, correction=correction))
+
+
+def _centered(b, ctx):
+    x = ctx.input(0)
+    return b.sub(x, b.mean(x, dims=ctx.attrs["dims"], keepdim=True))
+
+
+def _dof(b, ctx, dtype):
+    return b.scalar(_count(ctx) - ctx.attrs["correction"], dtype)
+
+
+def _grad_var(b, ctx, g):
+    scaled = b.div(b.mul(_centered(b, ctx), b.scalar(2, b.dtype(g))), _dof(b, ctx, b.dtype(g)))
+    return [b.mul(_unreduce(b, ctx, g), scaled)]
+
+
+def _grad_std(b, ctx, g):
+    std = b.reshape(ctx.output(), shape=_keepdim_shape(ctx))
+    scaled = b.div(_centered(b, ctx), b.mul(_dof(b, ctx, b.dtype(g)), std))
+    return [b.mul(_unreduce(b, ctx, g), scaled)]
+
+
+_CORRECTION = {"correction": Attr("int", 1)}
+_reduction("var", _var, _grad_var, _float_only, attrs=_CORRECTION,
+           doc="sum((x - mean)^2) / (N - correction)")
+_reduction("std", _std, _grad_std, _float_only, attrs=_CORRECTION, saves_outputs=(0,),
+           doc="sqrt(var)")
+
+
+def _logsumexp(x, axes, keepdim):
+    if x.size == 0:
+        return np.log(np.sum(np.exp(x), axis=axes, keepdims=keepdim))
+    m = np.amax(x, axis=axes, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    out = np.log(np.sum(np.exp(x - m), axis=axes, keepdims=True)) + m
+    return out if keepdim else np.squeeze(out, axis=axes)
+
+
+def _grad_logsumexp(b, ctx, g):
+    x, out = ctx.input(0), ctx.output()
+    shape = _keepdim_shape(ctx)
+    return [b.mul(_unreduce(b, ctx, g), b.exp(b.sub(x, b.reshape(out, shape=shape))))]
+
+
+_reduction("logsumexp", lambda x, a, k: _logsumexp(x.astype(_float_np(x)), a, k),
+           _grad_logsumexp, lambda op, t: float_of(t.dtype), saves_outputs=(0,),
+           doc="log(sum(exp(x))), computed stably")
+
+
+def _float_np(x):
+    return x.dtype if x.dtype.kind == "f" else np.float32
+
+
+# ---- max/min along one dim with indices, argmax/argmin ----------------------------------------
+
+def _indexed_infer(name):
+    def infer(types, *, dim, keepdim):
+        t = types[0]
+        d = normalize_dim(name, dim, t.ndim)
+        if t.ndim:
+            _require_nonempty(name, t, (d,))
+        shape = reduced_shape(t.shape, (d,) if t.ndim else (), keepdim)
+        return TensorType(shape, t.dtype), TensorType(shape, int64)
+    return infer
+
+
+def _indexed_impl(arg_fn):
+    def impl(x, *, dim, keepdim):
+        if x.ndim == 0:
+            return x.copy(), np.zeros((), np.int64)
+        d = dim % x.ndim
+        idx = np.expand_dims(arg_fn(x, axis=d), d)
+        values = np.take_along_axis(x, idx, axis=d)
+        if not keepdim:
+            idx, values = np.squeeze(idx, d), np.squeeze(values, d)
+        return values, idx.astype(np.int64)
+    return impl
+
+
+def _grad_indexed(b, ctx, grads):
+    g = grads[0]
+    t = ctx.input_types[0]
+    if t.ndim == 0:
+        return [g]
+    d = ctx.attrs["dim"] % t.ndim
+    idx = ctx.output(1)
+    if not ctx.attrs["keepdim"]:
+        shape = reduced_shape(t.shape, (d,), True)
+        g, idx = b.reshape(g, shape=shape), b.reshape(idx, shape=shape)
+    return [b.scatter_add(b.zeros(t.shape, b.dtype(g)), idx, g, dim=d)]
+
+
+_ONE_DIM = {"dim": Attr("int"), "keepdim": Attr("bool", False)}
+for _name, _fn in (("max", np.argmax), ("min", np.argmin)):
+    register(OpDef(name=_name, group=OpGroup.REDUCTION, infer=_indexed_infer(_name),
+                   impl=_indexed_impl(_fn), grad=_grad_indexed, attrs=_ONE_DIM, num_outputs=2,
+                   saves_inputs=(), saves_outputs=(1,),
+                   doc=f"{_name} along dim: (values, indices); the gradient goes to the index"))
+
+
+def _arg_infer(name):
+    def infer(types, *, dim, keepdim):
+        t = types[0]
+        if dim is None:
+            _require_nonempty(name, t, ())
+            return TensorType((1,) * t.ndim if keepdim else (), int64)
+        d = normalize_dim(name, dim, t.ndim)
+        if t.ndim:
+            _require_nonempty(name, t, (d,))
+        return TensorType(reduced_shape(t.shape, (d,) if t.ndim else (), keepdim), int64)
+    return infer
+
+
+def _arg_impl(fn):
+    def impl(x, *, dim, keepdim):
+        if dim is None or x.ndim == 0:
+            out = fn(x.reshape(-1))
+            return np.reshape(out, (1,) * x.ndim if keepdim else ())
+        return fn(x, axis=dim % x.ndim, keepdims=keepdim)
+    return impl
+
+
+for _name, _fn in (("argmax", np.argmax), ("argmin", np.argmin)):
+    register(OpDef(name=_name, group=OpGroup.REDUCTION, infer=_arg_infer(_name),
+                   impl=_arg_impl(_fn), grad=NotDifferentiable("indices are integers"),
+                   attrs={"dim": Attr("optional_int", None), "keepdim": Attr("bool", False)},
+                   saves_inputs=(), doc=f"index of the {_name[3:]} (first on ties)"))
+
+
+# ---- softmax and log_softmax --------------------------------------------------------------------
+
+def _softmax_infer(name):
+    def infer(types, *, dim):
+        t = types[0]
+        _require_float(name, t)
+        normalize_dim(name, dim, t.ndim)
+        return TensorType(t.shape, t.dtype)
+    return infer
+
+
+def _shifted(x, dim):
+    xf = x.astype(np.float32) if x.dtype == np.float16 else x
+    if xf.ndim == 0:
+        return xf - xf, None
+    d = dim % xf.ndim
+    m = np.amax(xf, axis=d, keepdims=True) if xf.shape[d] else 0
+    m = np.where(np.isfinite(m), m, 0)
+    return xf - m, d
+
+
+def _softmax(x, *, dim):
+    z, d = _shifted(x, dim)
+    e = np.exp(z)
+    return e / (np.sum(e, axis=d, keepdims=True) if d is not None else e)
+
+
+def _log_softmax(x, *, dim):
+    z, d = _shifted(x, dim)
+    return z - np.log(np.sum(np.exp(z), axis=d, keepdims=True) if d is not None else np.exp(z))
+
+
+def _grad_softmax(b, ctx, g):
+    y = ctx.output()
+    dim = ctx.attrs["dim"]
+    dot = b.sum(b.mul(g, y), dims=(dim,), keepdim=True)
+    return [b.mul(y, b.sub(g, dot))]
+
+
+def _grad_log_softmax(b, ctx, g):
+    y = ctx.output()
+    total = b.sum(g, dims=(ctx.attrs["dim"],), keepdim=True)
+    return [b.sub(g, b.mul(b.exp(y), total))]
+
+
+for _name, _impl, _grad in (("softmax", _softmax, _grad_softmax),
+                            ("log_softmax", _log_softmax, _grad_log_softmax)):
+    register(OpDef(name=_name, group=OpGroup.NORMALIZATION, infer=_softmax_infer(_name),
+                   impl=_impl, grad=_grad, attrs={"dim": Attr("int")}, saves_inputs=(),
+                   saves_outputs=(0,), doc=f"numerically stable {_name} along dim"))

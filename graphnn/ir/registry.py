@@ -1,0 +1,205 @@
+"""The op registry: every primitive op of graphnn is defined here once.
+
+An ``OpDef`` holds everything about one op: its name and group, its attribute schema, its
+shape/dtype rule, its reference NumPy implementation, which of its operands its gradient rule
+needs, and that gradient rule, written in terms of other registry ops through a ``Builder`` (so
+the eager tape and the IR autodiff pass share it). Ops are grouped (``OpGroup``) so passes ask
+"is this elementwise?" instead of listing names.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .dtypes import DType, as_dtype
+from .errors import AttributeError_, GraphnnError
+from .types import TensorType
+
+
+class OpGroup(enum.Enum):
+    ELEMENTWISE = "elementwise"
+    REDUCTION = "reduction"
+    NORMALIZATION = "normalization"
+    SHAPE = "shape"
+    INDEXING = "indexing"
+    CONTRACTION = "contraction"
+    CONVOLUTION = "convolution"
+    POOLING = "pooling"
+    CREATION = "creation"
+    RANDOM = "random"
+
+
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Attr:
+    """One attribute of an op: its kind, its default (absent: required) and allowed values."""
+
+    kind: str  # int, float, bool, str, ints, optional_ints, dtype, scalar, optional_scalar
+    default: object = _REQUIRED
+    choices: tuple = ()
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED
+
+
+@dataclass(frozen=True)
+class NotDifferentiable:
+    """The gradient rule of an op whose outputs carry no gradient (comparisons, argmax, rand)."""
+
+    reason: str
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _check_attr(op: str, name: str, spec: Attr, value):
+    """Validate and normalise one attribute value; raise AttributeError_ naming op and attr."""
+    def fail(expected):
+        raise AttributeError_(f"{op}: attribute {name!r} expects {expected}, got {value!r}")
+
+    kind = spec.kind
+    if kind.startswith("optional_"):
+        if value is None:
+            return None
+        kind = kind[len("optional_"):]
+    if kind == "int":
+        if not _is_int(value):
+            fail("an int")
+        value = int(value)
+    elif kind == "float":
+        if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
+            fail("a number")
+        value = float(value)
+    elif kind == "bool":
+        if not isinstance(value, (bool, np.bool_)):
+            fail("a bool")
+        value = bool(value)
+    elif kind == "str":
+        if not isinstance(value, str):
+            fail("a string")
+    elif kind == "ints":
+        if _is_int(value):
+            value = (int(value),)
+        if not isinstance(value, (tuple, list)) or not all(_is_int(v) for v in value):
+            fail("a tuple of ints")
+        value = tuple(int(v) for v in value)
+    elif kind == "dtype":
+        try:
+            value = as_dtype(value)
+        except TypeError:
+            fail("a dtype")
+    elif kind == "scalar":
+        if not isinstance(value, (int, float, bool, np.number, np.bool_)):
+            fail("a Python number")
+        value = value.item() if isinstance(value, (np.number, np.bool_)) else value
+    else:
+        raise GraphnnError(f"{op}: attribute {name!r} has unknown kind {spec.kind!r}")
+    if spec.choices and value not in spec.choices:
+        fail(f"one of {', '.join(repr(c) for c in spec.choices)}")
+    return value
+
+
+@dataclass
+class OpDef:
+    """The single definition of a primitive op.
+
+    ``infer(types, **attrs)`` returns the output TensorType (or a tuple for multi-output ops) and
+    raises a graphnn error for operands the op does not accept. ``impl(*arrays, **attrs)`` is the
+    NumPy reference implementation. ``grad(b, ctx, g)`` returns one gradient (or None) per
+    input; ``g`` is the output gradient (a tuple for multi-output ops). ``saves_inputs`` /
+    ``saves_outputs`` list the operands the rule reads (None: every input).
+    """
+
+    name: str
+    group: OpGroup
+    infer: Callable
+    impl: Callable
+    grad: Callable | NotDifferentiable
+    attrs: dict = field(default_factory=dict)
+    arity: tuple = (1, 1)  # (min, max) number of inputs; max None means variadic
+    num_outputs: int = 1
+    saves_inputs: tuple | None = None
+    saves_outputs: tuple = ()
+    doc: str = ""
+
+    @property
+    def differentiable(self) -> bool:
+        return not isinstance(self.grad, NotDifferentiable)
+
+    def normalize_attrs(self, attrs: dict) -> dict:
+        """Attributes with defaults filled in and every value checked against the schema."""
+        unknown = set(attrs) - set(self.attrs)
+        if unknown:
+            raise AttributeError_(f"{self.name}: unknown attribute(s) {sorted(unknown)}; "
+                                  f"expected {sorted(self.attrs)}")
+        out = {}
+        for name, spec in self.attrs.items():
+            if name in attrs:
+                out[name] = _check_attr(self.name, name, spec, attrs[name])
+            elif spec.required:
+                raise AttributeError_(f"{self.name}: missing required attribute {name!r}")
+            else:
+                out[name] = spec.default
+        return out
+
+    def check_arity(self, n: int) -> None:
+        lo, hi = self.arity
+        if n < lo or (hi is not None and n > hi):
+            want = str(lo) if lo == hi else f"{lo} to {hi if hi is not None else 'any number of'}"
+            raise AttributeError_(f"{self.name}: expected {want} tensor inputs, got {n}")
+
+    def infer_types(self, types, attrs: dict) -> tuple:
+        """Output types for inputs of ``types``; attrs must already be normalised."""
+        self.check_arity(len(types))
+        out = self.infer(list(types), **attrs)
+        return out if isinstance(out, tuple) else (out,)
+
+    def run(self, arrays, attrs: dict, out_types=None) -> tuple:
+        """Run the reference implementation; results are cast to the inferred dtypes."""
+        if out_types is None:
+            out_types = self.infer_types([type_of_array(a) for a in arrays], attrs)
+        with np.errstate(all="ignore"):
+            result = self.impl(*arrays, **attrs)
+        results = result if isinstance(result, tuple) else (result,)
+        return tuple(np.asarray(r, dtype=t.dtype.np).reshape(t.shape)
+                     if not (isinstance(r, np.ndarray) and r.dtype == t.dtype.np and r.shape == t.shape)
+                     else r
+                     for r, t in zip(results, out_types))
+
+
+def type_of_array(a: np.ndarray) -> TensorType:
+    from .dtypes import from_numpy_dtype
+    return TensorType(tuple(a.shape), from_numpy_dtype(a.dtype))
+
+
+REGISTRY: dict[str, OpDef] = {}
+
+
+def register(op: OpDef) -> OpDef:
+    """Add ``op`` to the registry; a second op of the same name is a programming error."""
+    if op.name in REGISTRY:
+        raise GraphnnError(f"op {op.name!r} is registered twice")
+    REGISTRY[op.name] = op
+    return op
+
+
+def get_op(name: str) -> OpDef:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise GraphnnError(f"unknown op {name!r}") from None
+
+
+def ops_in_group(group: OpGroup) -> list[OpDef]:
+    return [op for op in REGISTRY.values() if op.group is group]
+
+
+def dtype_attr(default: DType | None = None) -> Attr:
+    return Attr("optional_dtype" if default is None else "dtype", default)
