@@ -38,4 +38,5 @@ def numel(t) -> int:
     return t.numel()
 
 
-from . import autograd  # noqa: E402
+from . import autograd, nn, optim  # noqa: E402
+from .serialization import load, save  # noqa: E402

@@ -1,10 +1,13 @@
 """``tensor[key]`` and ``tensor[key] = value`` with PyTorch's indexing rules.
 
-A key (ints, slices, None, Ellipsis, integer or bool index tensors, lists) is planned into at
-most three registry ops: one ``slice`` for the basic part, one ``index`` for the integer-tensor
-part, one ``reshape`` that drops int-indexed dims and inserts None dims. Assignment while
-recording gradients runs the same plan functionally (``slice_scatter``/``index_put``) and then
-writes the result in place.
+A key (ints, slices, None, Ellipsis, Python bools, integer or bool index tensors, lists) is
+planned into at most three registry ops, applied in PyTorch's order: one ``slice`` for the
+ints and slices, one ``reshape`` that drops int-indexed dims and inserts None dims, one
+``index`` for the index tensors. As in PyTorch, ints (and 0-d integer tensors) are basic
+indexing: they select before the advanced indices are placed, so ``x[0, :, idx]`` indexes
+the view ``x[0]`` and the index dims stay in place. A bool mask of k dims stands for its k
+``nonzero`` index tensors. Assignment runs the same plan functionally (``index_put`` and
+``slice_scatter``) and writes the result in place, so it is recorded like any other op.
 """
 from __future__ import annotations
 
@@ -12,132 +15,191 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir.errors import DTypeError, IndexError_, UnsupportedError
+from ..ir.errors import DTypeError, IndexError_, ShapeError
+from ..ir.ops.shape_rules import broadcast_shapes, fmt_shape
+from ..ir.registry import get_op
+from ..ir.types import TensorType
 from .dispatch import apply1
 
 
 @dataclass
 class IndexPlan:
-    starts: list
-    stops: list
-    steps: list
-    tensor_dims: list = field(default_factory=list)  # dims of the sliced tensor, in key order
-    tensors: list = field(default_factory=list)
-    final_shape: tuple | None = None  # reshape after slicing (basic indexing only)
+    """Slice bounds per input dim, the view shape after ints/None, and the index tensors."""
 
-    def sliced_shape(self):
+    starts: list = field(default_factory=list)
+    stops: list = field(default_factory=list)
+    steps: list = field(default_factory=list)
+    view_shape: list = field(default_factory=list)
+    tensor_dims: list = field(default_factory=list)  # dims of the view, in key order
+    tensors: list = field(default_factory=list)
+
+    def slice_attrs(self) -> dict:
+        return {"starts": tuple(self.starts), "stops": tuple(self.stops),
+                "steps": tuple(self.steps)}
+
+    def sliced_shape(self) -> tuple:
         return tuple(max(0, -(-(b - a) // c)) for a, b, c in zip(self.starts, self.stops, self.steps))
 
-    def slice_is_identity(self, shape):
-        return tuple(self.starts) == (0,) * len(shape) and tuple(self.stops) == tuple(shape) and \
-            tuple(self.steps) == (1,) * len(shape)
+    def slice_is_identity(self, shape) -> bool:
+        return self.sliced_shape() == tuple(shape) and all(c == 1 for c in self.steps)
 
 
-def _is_int(k):
+def _is_int(k) -> bool:
     return isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_))
 
 
-def _as_index_tensor(k):
-    from .creation import tensor
+def _wrap_index(array):
     from .tensor import Tensor
-    t = k if isinstance(k, Tensor) else tensor(np.asarray(k))
-    if t.dtype.name == "bool":
-        return t
-    if t.dtype.category != 1:
-        raise DTypeError(f"tensors used as indices must be long, int, byte or bool tensors, got "
-                         f"{t.dtype.name}")
-    return t
+    return Tensor._wrap(array)
 
 
-def _normalize_key(key):
+def _as_index_array(k) -> np.ndarray:
+    """A list, ndarray or tensor used as an index, as an integer or bool ndarray."""
+    from .tensor import Tensor
+    if isinstance(k, Tensor):
+        arr = k._data
+    else:
+        try:
+            arr = np.asarray(k)
+        except ValueError:
+            raise IndexError_(f"index: a nested sequence used as an index must be "
+                              f"rectangular, got {k!r}") from None
+        if arr.size == 0 and arr.dtype.kind == "f":
+            arr = arr.astype(np.int64)  # [] is an empty integer index, as in PyTorch
+    if arr.dtype.kind not in "biu":
+        raise DTypeError(f"index: tensors used as indices must be long, int, byte or bool "
+                         f"tensors, got {arr.dtype}")
+    return arr
+
+
+def _items(key) -> list:
+    """The key as a list of ints, slices, None, Ellipsis, bools and index arrays."""
     from .tensor import Tensor
     if not isinstance(key, tuple):
         key = (key,)
     out = []
     for k in key:
-        if isinstance(k, (list, np.ndarray)) or isinstance(k, Tensor):
-            t = _as_index_tensor(k)
-            if t.dtype.name == "bool":
-                # a boolean mask selects the positions where it is true (eager only)
-                for idx in np.nonzero(t._data):
-                    from .tensor import Tensor as T
-                    out.append(T._wrap(idx.astype(np.int64)))
+        if isinstance(k, (list, tuple, np.ndarray, Tensor)):
+            arr = _as_index_array(k)
+            if arr.ndim == 0:
+                out.append(bool(arr) if arr.dtype.kind == "b" else int(arr))
             else:
-                out.append(t)
-        elif isinstance(k, (bool, np.bool_)):
-            raise UnsupportedError("indexing with a Python bool is not supported; use a bool "
-                                   "tensor")
-        else:
+                out.append(arr)
+        elif k is None or k is Ellipsis or isinstance(k, (slice, bool, np.bool_)) or _is_int(k):
             out.append(k)
+        else:
+            raise IndexError_(f"index: only integers, slices (`:`), ellipsis (`...`), None and "
+                              f"integer or boolean tensors are valid indices (got "
+                              f"{type(k).__name__})")
     return out
 
 
+def _consumed(k) -> int:
+    """How many input dims an item indexes."""
+    if isinstance(k, np.ndarray):
+        return k.ndim if k.dtype.kind == "b" else 1
+    if k is None or k is Ellipsis or isinstance(k, (bool, np.bool_)):
+        return 0
+    return 1
+
+
 def plan_index(shape, key) -> IndexPlan:
-    """Resolve ``key`` against ``shape``; raises IndexError_ for out-of-range ints."""
-    from .tensor import Tensor
-    items = _normalize_key(key)
-    consumed = sum(1 for k in items if k is not None and k is not Ellipsis)
+    """Resolve ``key`` against ``shape``; raises IndexError_ for out-of-range ints, bad masks
+    and too many indices."""
+    items = _items(key)
     if sum(1 for k in items if k is Ellipsis) > 1:
-        raise IndexError_("an index can only have a single ellipsis ('...')")
+        raise IndexError_("index: an index can only have a single ellipsis ('...')")
+    consumed = sum(_consumed(k) for k in items)
     if consumed > len(shape):
-        raise IndexError_(f"too many indices for tensor of dimension {len(shape)}")
-    has_tensor = any(isinstance(k, Tensor) for k in items)
-    if has_tensor and any(k is None for k in items):
-        raise UnsupportedError("indexing that combines None with index tensors is not supported; "
-                               "apply unsqueeze() separately")
-    expanded = []
+        raise IndexError_(f"index: too many indices for tensor of dimension {len(shape)}")
+    rest = [slice(None)] * (len(shape) - consumed)
+    at = next((i for i, k in enumerate(items) if k is Ellipsis), len(items))
+    items = items[:at] + rest + items[at + 1:]
+    plan, dim = IndexPlan(), 0
     for k in items:
-        if k is Ellipsis:
-            expanded += [slice(None)] * (len(shape) - consumed)
-        else:
-            expanded.append(k)
-    expanded += [slice(None)] * (len(shape) - sum(1 for k in expanded if k is not None))
-    plan = IndexPlan([], [], [])
-    final, dim = [], 0
-    for k in expanded:
-        if k is None:
-            final.append(1)
+        if k is None or isinstance(k, (bool, np.bool_)):
+            if k is False:  # x[False] selects nothing along a new dim of size 1
+                plan.tensor_dims.append(len(plan.view_shape))
+                plan.tensors.append(_wrap_index(np.zeros(0, np.int64)))
+            plan.view_shape.append(1)
+            continue
+        if isinstance(k, np.ndarray):
+            dim = _plan_array(plan, shape, dim, k)
             continue
         size = shape[dim]
         if _is_int(k):
             if not -size <= k < size:
-                raise IndexError_(f"index {k} is out of bounds for dimension {dim} with size {size}")
+                raise IndexError_(f"index {int(k)} is out of bounds for dimension {dim} with "
+                                  f"size {size}")
             k = int(k) % size
-            if has_tensor:
-                plan.starts.append(0), plan.stops.append(size), plan.steps.append(1)
-                plan.tensor_dims.append(dim)
-                plan.tensors.append(Tensor._wrap(np.asarray(k, dtype=np.int64)))
-            else:
-                plan.starts.append(k), plan.stops.append(k + 1), plan.steps.append(1)
-        elif isinstance(k, slice):
-            start, stop, step = k.indices(size)
+            plan.starts.append(k), plan.stops.append(k + 1), plan.steps.append(1)
+        else:
             if k.step is not None and k.step <= 0:
-                raise ValueError("step must be greater than zero")
+                raise ShapeError(f"index: slice step must be greater than zero, got {k.step}")
+            start, stop, step = k.indices(size)
             stop = max(stop, start)
             plan.starts.append(start), plan.stops.append(stop), plan.steps.append(step)
-            final.append(max(0, -(-(stop - start) // step)))
-        elif isinstance(k, Tensor):
-            plan.starts.append(0), plan.stops.append(size), plan.steps.append(1)
-            plan.tensor_dims.append(dim)
-            plan.tensors.append(k)
-        else:
-            raise IndexError_(f"only integers, slices (`:`), ellipsis (`...`), None and integer "
-                              f"or boolean tensors are valid indices (got {type(k).__name__})")
+            plan.view_shape.append(max(0, -(-(stop - start) // step)))
         dim += 1
-    if not has_tensor:
-        plan.final_shape = tuple(final)
+    shapes = [t.shape for t in plan.tensors]
+    try:
+        np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise IndexError_(f"index: shape mismatch: indexing tensors could not be broadcast "
+                          f"together with shapes {', '.join(fmt_shape(s) for s in shapes)}") from None
     return plan
+
+
+def _plan_array(plan, shape, dim, arr) -> int:
+    """Add an index array at input dim ``dim``; returns the next input dim."""
+    n = arr.ndim if arr.dtype.kind == "b" else 1
+    if arr.dtype.kind == "b":
+        if tuple(arr.shape) != tuple(shape[dim:dim + n]):
+            raise IndexError_(f"index: the shape of the mask {fmt_shape(arr.shape)} does not "
+                              f"match the shape {fmt_shape(shape[dim:dim + n])} of the indexed "
+                              f"tensor at dimension {dim}")
+        indices = [i.astype(np.int64) for i in np.nonzero(arr)]
+    else:
+        indices = [arr]
+    for i, idx in enumerate(indices):
+        plan.starts.append(0), plan.stops.append(shape[dim + i]), plan.steps.append(1)
+        plan.tensor_dims.append(len(plan.view_shape))
+        plan.view_shape.append(shape[dim + i])
+        plan.tensors.append(_wrap_index(idx))
+    return dim + n
+
+
+def _view(x, plan: IndexPlan):
+    """``x`` sliced by the plan and reshaped to its view shape (ints dropped, None added)."""
+    if not plan.slice_is_identity(tuple(x.shape)):
+        x = apply1("slice", x, **plan.slice_attrs())
+    return apply1("reshape", x, shape=tuple(plan.view_shape))
 
 
 def getitem(x, key):
     plan = plan_index(tuple(x.shape), key)
-    out = x
-    if not plan.slice_is_identity(tuple(x.shape)):
-        out = apply1("slice", out, starts=tuple(plan.starts), stops=tuple(plan.stops),
-                     steps=tuple(plan.steps))
+    view = _view(x, plan)
     if plan.tensors:
-        return apply1("index", out, *plan.tensors, dims=tuple(plan.tensor_dims))
-    return apply1("reshape", out, shape=plan.final_shape)
+        return apply1("index", view, *plan.tensors, dims=tuple(plan.tensor_dims))
+    return view
+
+
+def _indexed_shape(view, plan: IndexPlan) -> tuple:
+    types = [TensorType(t.shape, t.dtype) for t in [view] + plan.tensors]
+    return get_op("index").infer_types(types, {"dims": tuple(plan.tensor_dims)})[0].shape
+
+
+def _fit_value(value, shape):
+    """``value`` broadcast to ``shape``; leading size-1 dims beyond it are dropped (PyTorch)."""
+    extra = value.ndim - len(shape)
+    if extra > 0 and all(s == 1 for s in value.shape[:extra]):
+        value = apply1("reshape", value, shape=tuple(value.shape[extra:]))
+    if tuple(value.shape) == tuple(shape):
+        return value
+    if broadcast_shapes("index_put", [value.shape, shape]) != tuple(shape):
+        raise ShapeError(f"index_put: value of shape {fmt_shape(value.shape)} cannot be "
+                         f"broadcast to the indexed shape {fmt_shape(shape)}")
+    return value.expand(tuple(shape))
 
 
 def setitem(x, key, value):
@@ -147,17 +209,16 @@ def setitem(x, key, value):
     plan = plan_index(tuple(x.shape), key)
 
     def compute(base):
-        v = value.to(base.dtype) if value.dtype != base.dtype else value
-        identity = plan.slice_is_identity(tuple(base.shape))
-        region = base if identity else apply1(
-            "slice", base, starts=tuple(plan.starts), stops=tuple(plan.stops), steps=tuple(plan.steps))
+        v = value.to(base.dtype)
+        view = _view(base, plan)
         if plan.tensors:
-            new_region = apply1("index_put", region, v, *plan.tensors,
-                                dims=tuple(plan.tensor_dims), accumulate=False)
+            target = _indexed_shape(view, plan)
+            new_view = apply1("index_put", view, _fit_value(v, target), *plan.tensors,
+                              dims=tuple(plan.tensor_dims), accumulate=False)
         else:
-            new_region = v.expand(plan.final_shape).reshape(plan.sliced_shape())
-        if identity:
-            return new_region if plan.tensors else new_region.expand(tuple(base.shape))
-        return apply1("slice_scatter", base, new_region, starts=tuple(plan.starts),
-                      stops=tuple(plan.stops), steps=tuple(plan.steps))
+            new_view = _fit_value(v, plan.view_shape)
+        new_region = apply1("reshape", new_view, shape=plan.sliced_shape())
+        if plan.slice_is_identity(tuple(base.shape)):
+            return new_region
+        return apply1("slice_scatter", base, new_region, **plan.slice_attrs())
     x._inplace("__setitem__", compute, value)

@@ -1,68 +1,139 @@
 """Tensor repr in PyTorch's layout: ``tensor([[1., 2.]], dtype=graphnn.float64, requires_grad=True)``.
 
-Floats print as integers with a trailing dot when every value is whole, in fixed point with four
-decimals normally, and in scientific notation when magnitudes span more than 1000x or leave
-[1e-4, 1e8). Every element is padded to one width, as PyTorch does.
+This follows ``torch._tensor_str`` with its default print options: one formatter for the whole
+tensor pads every element to one width; floats print as whole numbers with a trailing dot when
+every finite value is whole, in scientific notation when the nonzero finite magnitudes span
+more than 1000x or leave [1e-4, 1e8], else in fixed point with four decimals. Tensors of more
+than 1000 elements show three items at each end of every dim with ``...`` between.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from ..ir.dtypes import bool_, float32, int64
 
+PRECISION = 4
+THRESHOLD = 1000
+EDGEITEMS = 3
+LINEWIDTH = 80
 _PREFIX = "tensor("
 
 
-def _float_formatter(values: np.ndarray):
-    finite = values[np.isfinite(values)].astype(np.float64)
-    if finite.size == 0:
-        fmt = "{:.4f}"
-    elif np.all(finite == np.round(finite)) and np.abs(finite).max() < 1e8:
-        fmt = "{:.0f}."
+class _Formatter:
+    """Chooses the number format and the common width from the values to be shown."""
+
+    def __init__(self, values: np.ndarray):
+        self.floating = values.dtype.kind == "f"
+        self.int_mode, self.sci_mode, self.width = True, False, 1
+        flat = values.reshape(-1)
+        if not self.floating:
+            self.width = max([self.width] + [len(self._plain(v)) for v in flat])
+            return
+        finite = flat[np.isfinite(flat) & (flat != 0)].astype(np.float64)
+        if finite.size == 0:
+            return
+        mags = np.abs(finite)
+        lo, hi = mags.min(), mags.max()
+        self.int_mode = bool(np.all(finite == np.ceil(finite)))
+        self.sci_mode = bool(hi / lo > 1000.0 or hi > 1.0e8 or lo < 1.0e-4)
+        if self.sci_mode:
+            lengths = [len(f"{v:.{PRECISION}e}") for v in finite]
+        elif self.int_mode:
+            lengths = [len(f"{v:.0f}") + 1 for v in finite]
+        else:
+            lengths = [len(f"{v:.{PRECISION}f}") for v in finite]
+        self.width = max([self.width] + lengths)
+
+    @staticmethod
+    def _plain(v) -> str:
+        return str(bool(v)) if isinstance(v, (bool, np.bool_)) else str(int(v))
+
+    def format(self, v) -> str:
+        if not self.floating:
+            text = self._plain(v)
+        else:
+            v = float(v)
+            if self.sci_mode:
+                text = f"{v:{self.width}.{PRECISION}e}"
+            elif self.int_mode:
+                text = f"{v:.0f}" + ("" if math.isinf(v) or math.isnan(v) else ".")
+            else:
+                text = f"{v:.{PRECISION}f}"
+        return text.rjust(self.width)
+
+
+def _summarized(data: np.ndarray) -> np.ndarray:
+    """The elements a summarised print shows (edge items of every dim)."""
+    if data.ndim == 0:
+        return data
+    if data.shape[0] > 2 * EDGEITEMS:
+        data = np.concatenate([data[:EDGEITEMS], data[-EDGEITEMS:]])
+    if data.ndim == 1:
+        return data
+    return np.stack([_summarized(row) for row in data])
+
+
+def _vector(data, indent, summarize, fmt) -> str:
+    per_line = max(1, (LINEWIDTH - indent) // (fmt.width + 2))
+    if summarize and data.shape[0] > 2 * EDGEITEMS:
+        items = ([fmt.format(v) for v in data[:EDGEITEMS]] + [" ..."] +
+                 [fmt.format(v) for v in data[-EDGEITEMS:]])
     else:
-        nonzero = np.abs(finite[finite != 0])
-        lo, hi = (nonzero.min(), nonzero.max()) if nonzero.size else (1.0, 1.0)
-        fmt = "{:.4e}" if hi / lo > 1000 or hi >= 1e8 or lo < 1e-4 else "{:.4f}"
-
-    def one(v):
-        if np.isnan(v):
-            return "nan"
-        if np.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return fmt.format(float(v))
-    width = max((len(one(v)) for v in values.reshape(-1)), default=0)
-    return lambda v: one(v).rjust(width)
+        items = [fmt.format(v) for v in data]
+    lines = [", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
+    return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
 
 
-def _formatter(data: np.ndarray):
-    if data.dtype == np.bool_:
-        return lambda v: str(bool(v)).rjust(5 if not data.all() else 4)
-    if data.dtype.kind in "iu":
-        width = max((len(str(v)) for v in data.reshape(-1)), default=0)
-        return lambda v: str(int(v)).rjust(width)
-    return _float_formatter(data)
+def _nested(data, indent, summarize, fmt) -> str:
+    if data.ndim == 0:
+        return fmt.format(data[()])
+    if data.ndim == 1:
+        return _vector(data, indent, summarize, fmt)
+    n = data.shape[0]
+    if summarize and n > 2 * EDGEITEMS:
+        rows = [_nested(data[i], indent + 1, summarize, fmt) for i in range(EDGEITEMS)] + \
+            ["..."] + [_nested(data[i], indent + 1, summarize, fmt) for i in range(n - EDGEITEMS, n)]
+    else:
+        rows = [_nested(data[i], indent + 1, summarize, fmt) for i in range(n)]
+    return "[" + ("," + "\n" * (data.ndim - 1) + " " * (indent + 1)).join(rows) + "]"
 
 
-def format_data(data: np.ndarray) -> str:
-    """The bracketed values, continuation lines indented to follow ``tensor(``."""
+def format_data(data: np.ndarray, indent: int = len(_PREFIX)) -> str:
+    """The bracketed values, continuation lines indented by ``indent``."""
     if data.size == 0:
         return "[]"
-    fmt = _formatter(data)
-    if data.ndim == 0:
-        return fmt(data.reshape(())[()]).strip()
-    return np.array2string(data, separator=", ", prefix=_PREFIX, formatter={"all": fmt},
-                           threshold=1000, edgeitems=3, max_line_width=80)
+    summarize = data.size > THRESHOLD
+    fmt = _Formatter(_summarized(data) if summarize else data)
+    return _nested(data, indent, summarize, fmt)
+
+
+def _with_suffixes(text: str, suffixes, indent: int) -> str:
+    parts = [text]
+    last_line_len = len(text) - text.rfind("\n") + 1
+    for suffix in suffixes:
+        if last_line_len + len(suffix) + 2 > LINEWIDTH:
+            parts.append(",\n" + " " * indent + suffix)
+            last_line_len = indent + len(suffix)
+        else:
+            parts.append(", " + suffix)
+            last_line_len += len(suffix) + 2
+    return "".join(parts) + ")"
 
 
 def tensor_repr(t) -> str:
     data = t._data
-    parts = [format_data(data)]
-    if data.size == 0 and data.shape != (0,):
-        parts.append(f"size={tuple(data.shape)}")
-    if t.dtype not in (float32, int64, bool_):
-        parts.append(f"dtype=graphnn.{t.dtype.name}")
+    suffixes = []
+    if data.size == 0:
+        if data.ndim != 1:
+            suffixes.append(f"size={tuple(data.shape)}")
+        if t.dtype != float32:
+            suffixes.append(f"dtype=graphnn.{t.dtype.name}")
+    elif t.dtype not in (float32, int64, bool_):
+        suffixes.append(f"dtype=graphnn.{t.dtype.name}")
     if t.grad_fn is not None:
-        parts.append(f"grad_fn=<{t.grad_fn.name()}>")
+        suffixes.append(f"grad_fn=<{t.grad_fn.name()}>")
     elif t.requires_grad:
-        parts.append("requires_grad=True")
-    return _PREFIX + ", ".join(parts) + ")"
+        suffixes.append("requires_grad=True")
+    return _with_suffixes(_PREFIX + format_data(data), suffixes, len(_PREFIX))

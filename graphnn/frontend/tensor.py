@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.dtypes import DType, as_dtype, from_numpy_dtype
+from ..ir.dtypes import (DType, as_dtype, bool_, float16, float32, float64, from_numpy_dtype,
+                         int32, int64)
 from ..ir.errors import AutogradError, DTypeError, ShapeError, UnsupportedError
 from . import printing
 from .autograd import AccumulateGrad, VersionCounter, run_backward
@@ -280,12 +281,13 @@ class Tensor(TensorMathMixin, TensorShapeMixin):
     __hash__ = object.__hash__
 
     def to(self, *args, **kwargs) -> "Tensor":
-        """``to(dtype)``, ``to("cpu")``, ``to(other)``; returns self when nothing changes."""
+        """``to(dtype)``, ``to("cpu")``, ``to(device, dtype)``, ``to(other)``; returns self
+        when nothing changes. A string is a device, as in PyTorch."""
         dtype = kwargs.get("dtype")
         for a in list(args) + [kwargs.get("device")]:
             if isinstance(a, Tensor):
                 dtype = a.dtype
-            elif isinstance(a, (str, device)) and a is not None:
+            elif isinstance(a, (str, device)):
                 device(str(a))
             elif a is not None:
                 dtype = as_dtype(a)
@@ -299,22 +301,22 @@ class Tensor(TensorMathMixin, TensorShapeMixin):
         return self.to(dtype)
 
     def float(self):
-        return self.to("float32")
+        return self.to(float32)
 
     def double(self):
-        return self.to("float64")
+        return self.to(float64)
 
     def half(self):
-        return self.to("float16")
+        return self.to(float16)
 
     def long(self):
-        return self.to("int64")
+        return self.to(int64)
 
     def int(self):
-        return self.to("int32")
+        return self.to(int32)
 
     def bool(self):
-        return self.to("bool")
+        return self.to(bool_)
 
     def cpu(self):
         return self

@@ -1,7 +1,9 @@
 """The exception hierarchy every graphnn layer raises.
 
 Each error subclasses ``GraphnnError`` and the builtin PyTorch raises in the same situation, so
-``except ValueError`` written for PyTorch keeps working.
+``except ValueError`` written for PyTorch keeps working. PyTorch raises ``RuntimeError`` for
+most shape and dtype mismatches (and ValueError/TypeError for some), so shape and dtype errors
+subclass both.
 """
 
 
@@ -9,7 +11,7 @@ class GraphnnError(Exception):
     """Base class of every error graphnn raises on purpose."""
 
 
-class ShapeError(GraphnnError, ValueError):
+class ShapeError(GraphnnError, ValueError, RuntimeError):
     """An operand's shape does not fit the op (wrong rank, mismatched or non-broadcastable dims)."""
 
 
@@ -17,7 +19,7 @@ class IndexError_(GraphnnError, IndexError):
     """An axis or index is out of range."""
 
 
-class DTypeError(GraphnnError, TypeError):
+class DTypeError(GraphnnError, TypeError, RuntimeError):
     """An operand's dtype is not accepted by the op."""
 
 
