@@ -3,8 +3,10 @@
 For each sample of ``op_db.OP_DB`` the eager autograd gradients (graphnn tensors with
 ``requires_grad``, ``graphnn.autograd.grad`` with a random ``grad_outputs``) are compared with
 PyTorch's autograd on the reference and with central finite differences of the NumPy
-implementation. Ops marked ``double_backward`` also get one second-order check against PyTorch,
-which exercises the gradient rules of the ops their gradient rules are built from.
+implementation; float32 and float16 gradients are compared with PyTorch's at looser tolerances.
+Every op whose first-order gradient is not a constant (``double_backward``) also gets a
+second-order check against PyTorch (``create_graph=True``), which exercises the gradient rules
+of the ops its gradient rule is built from.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import torch
 import graphnn
 from graphnn.frontend.dispatch import apply_op
 from graphnn.ir import REGISTRY
-from op_db import F64, OP_DB
+from op_db import F16, F32, F64, OP_DB
 
 EPS = 1e-6
 TORCH_TOL = dict(rtol=1e-7, atol=1e-9)
@@ -26,11 +28,12 @@ NOT_DIFFERENTIABLE = [n for n, info in OP_DB.items() if not REGISTRY[n].differen
 
 
 class Case:
-    """A float64 sample: its inputs, normalised attrs, differentiable inputs and output grads."""
+    """A sample with its floating inputs in ``dtype``: inputs, normalised attrs, differentiable
+    inputs and random output gradients."""
 
-    def __init__(self, name, sample, seed):
+    def __init__(self, name, sample, seed, dtype=F64):
         self.name, self.sample, self.op, self.info = name, sample, REGISTRY[name], OP_DB[name]
-        self.inputs = [a if a.dtype.kind != "f" or a.dtype == F64 else a.astype(F64)
+        self.inputs = [a if a.dtype.kind != "f" or a.dtype == dtype else a.astype(dtype)
                        for a in sample.inputs]
         self.attrs = self.op.normalize_attrs(sample.attrs)
         self.diff = list(self.info.grad_inputs if self.info.grad_inputs is not None else
@@ -38,15 +41,18 @@ class Case:
         outs = self.op.run(self.inputs, self.attrs)
         self.float_outs = [k for k, o in enumerate(outs) if o.dtype.kind == "f"]
         rng = np.random.default_rng(seed)
-        self.gouts = [rng.uniform(-1, 1, outs[k].shape) for k in self.float_outs]
+        self.gouts = [np.asarray(rng.uniform(-1, 1, outs[k].shape), outs[k].dtype)
+                      for k in self.float_outs]
+        # finite differences need float64 outputs (not, e.g., a cast to float16)
+        self.fd = sample.fd and all(outs[k].dtype == F64 for k in self.float_outs)
 
     def __repr__(self):
         return f"{self.name} {self.sample}"
 
 
-def grad_cases(name):
+def grad_cases(name, dtype=F64):
     info = OP_DB[name]
-    out = [Case(name, s, seed) for seed, s in enumerate(info.sample_list(F64))]
+    out = [Case(name, s, seed, dtype) for seed, s in enumerate(info.sample_list(dtype))]
     return [c for c in out if c.diff and c.float_outs]
 
 
@@ -105,23 +111,29 @@ def _as_numpy(t):
     return np.array(t.detach().numpy())
 
 
+LOW_PRECISION_TOL = {F32: dict(rtol=1e-4, atol=1e-5), F16: dict(rtol=1e-2, atol=1e-2)}
+
+
+@pytest.mark.parametrize("dtype", [F64, F32, F16], ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("name", DIFFERENTIABLE)
-def test_eager_gradients_match_torch(name):
-    cases = grad_cases(name)
+def test_eager_gradients_match_torch(name, dtype):
+    """Gradients have the inputs' dtypes and PyTorch's values (float16 computed in float32)."""
+    cases = grad_cases(name, dtype)
     assert cases, f"{name}: the op table gives no sample with a differentiable input"
+    tol = LOW_PRECISION_TOL.get(dtype, TORCH_TOL)
     for case in cases:
         ours, _, _ = eager_grads(case)
         theirs, _, _ = torch_grads(case)
         for i, g, t in zip(case.diff, ours, theirs):
             assert tuple(g.shape) == tuple(t.shape), f"{case}: input {i} gradient shape"
-            assert g.dtype == graphnn.float64, f"{case}: input {i} gradient dtype {g.dtype}"
+            assert g.dtype.np == case.inputs[i].dtype, f"{case}: input {i} gradient {g.dtype}"
             torch.testing.assert_close(torch.from_numpy(_as_numpy(g)), t.detach(), equal_nan=True,
-                                       msg=lambda m, i=i: f"{case}: input {i}:\n{m}", **TORCH_TOL)
+                                       msg=lambda m, i=i: f"{case}: input {i}:\n{m}", **tol)
 
 
 @pytest.mark.parametrize("name", DIFFERENTIABLE)
 def test_eager_gradients_match_finite_differences(name):
-    cases = [c for c in grad_cases(name) if c.sample.fd]
+    cases = [c for c in grad_cases(name) if c.fd]
     assert cases, f"{name}: the op table gives no sample for finite differences"
     for case in cases:
         ours, _, _ = eager_grads(case)
@@ -135,7 +147,7 @@ DOUBLE = [n for n in DIFFERENTIABLE if OP_DB[n].double_backward]
 @pytest.mark.parametrize("name", DOUBLE)
 def test_double_backward_matches_torch(name):
     """d/d(inputs, grad_outputs) of <v, first-order gradients>, with create_graph=True."""
-    for case in [c for c in grad_cases(name) if c.sample.fd][:2]:
+    for case in [c for c in grad_cases(name) if c.fd][:2]:
         rng = np.random.default_rng(1)
         ours, our_leaves, our_gouts = eager_grads(case, create_graph=True)
         theirs, their_leaves, their_gouts = torch_grads(case, create_graph=True)

@@ -33,11 +33,17 @@ class _Saved:
     def __init__(self, tensor, desc):
         # the alias shares data, version counter and graph position (for create_graph)
         self.alias = tensor._alias()
-        self.counter = tensor._version
-        self.version = tensor._version.value
+        self.counter = tensor._version_counter
+        self.version = tensor._version_counter.value
         self.desc = desc
 
     def unpack(self):
+        if self.alias is None:
+            raise AutogradError(
+                "Trying to backward through the graph a second time (or directly access saved "
+                "tensors after they have already been freed). Saved intermediate values of the "
+                "graph are freed when you call .backward() or autograd.grad(). Specify "
+                "retain_graph=True if you need to backward through the graph a second time")
         if self.counter.value != self.version:
             raise AutogradError(
                 f"one of the variables needed for gradient computation has been modified by an "
@@ -71,13 +77,8 @@ class Node:
         return "".join(p.capitalize() for p in self.op.name.split("_")) + "Backward"
 
     def apply(self, grads, builder):
-        """Run the op's gradient rule; returns one gradient (or None) per input."""
-        if self.freed:
-            raise AutogradError(
-                "Trying to backward through the graph a second time (or directly access saved "
-                "tensors after they have already been freed). Saved intermediate values of the "
-                "graph are freed when you call .backward() or autograd.grad(). Specify "
-                "retain_graph=True if you need to backward through the graph a second time")
+        """Run the op's gradient rule; returns one gradient (or None) per input. After
+        ``free``, only rules that read no saved operand can run again (as in PyTorch)."""
         ctx = GradContext(self.op.name, self.attrs, self.input_types, self.output_types,
                           [s.unpack() if s else None for s in self.saved_inputs],
                           [s.unpack() if s else None for s in self.saved_outputs])
@@ -89,8 +90,9 @@ class Node:
         return result
 
     def free(self):
-        self.saved_inputs = [None] * len(self.saved_inputs)
-        self.saved_outputs = [None] * len(self.saved_outputs)
+        for saved in self.saved_inputs + self.saved_outputs:
+            if saved is not None:
+                saved.alias = None
         self.freed = True
 
     def __repr__(self):

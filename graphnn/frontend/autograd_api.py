@@ -1,7 +1,7 @@
 """The public autograd entry points: ``backward`` and ``graphnn.autograd.grad``."""
 from __future__ import annotations
 
-from ..ir.errors import AutogradError, ShapeError
+from ..ir.errors import AutogradError
 from .autograd import run_backward
 from .dispatch import eager_emitter
 
@@ -23,8 +23,9 @@ def _check_roots(outputs, grad_outputs):
             from .creation import tensor
             g = tensor(g, dtype=t.dtype)
         if tuple(g.shape) != tuple(t.shape):
-            raise ShapeError(f"Mismatch in shape: grad_output[{i}] has a shape of "
-                             f"{list(g.shape)} and output[{i}] has a shape of {list(t.shape)}.")
+            raise AutogradError(f"Mismatch in shape: grad_output[{i}] has a shape of "
+                                f"{list(g.shape)} and output[{i}] has a shape of "
+                                f"{list(t.shape)}.")
         grads.append(g)
     return grads
 

@@ -5,19 +5,21 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.dtypes import DEFAULT_FLOAT, as_dtype, bool_, from_numpy_dtype, int64
-from ..ir.errors import DTypeError
+from ..ir.errors import DTypeError, ShapeError
 from .dispatch import apply1
 from .grad_mode import no_grad
 from .random import next_seed
 
 
 def _infer_dtype(data):
-    """PyTorch's dtype for Python data: floats -> float32, ints -> int64, bools -> bool."""
-    flat = np.asarray(data, dtype=object).reshape(-1) if not isinstance(data, np.ndarray) else None
-    if flat is None:
+    """PyTorch's dtype for Python data: floats -> float32, ints -> int64, bools -> bool (an
+    empty sequence is float32); NumPy arrays and scalars keep their dtype (None)."""
+    if isinstance(data, (np.ndarray, np.generic)):
         return None
-    kinds = {type(v) for v in flat}
-    if kinds and all(issubclass(k, (bool, np.bool_)) for k in kinds):
+    kinds = {type(v) for v in _flatten([data])}
+    if not kinds:
+        return DEFAULT_FLOAT
+    if all(issubclass(k, (bool, np.bool_)) for k in kinds):
         return bool_
     if all(issubclass(k, (int, np.integer, bool, np.bool_)) for k in kinds):
         return int64
@@ -32,12 +34,26 @@ def as_array(data, dtype) -> np.ndarray:
     elif isinstance(data, (list, tuple)) and any(isinstance(v, Tensor) for v in _flatten(data)):
         data = _nested_tensors_to_array(data)
     if dtype is None:
-        dtype = _infer_dtype(data) if not isinstance(data, np.ndarray) else None
+        dtype = _infer_dtype(data)
     try:
         arr = np.array(data, dtype=None if dtype is None else as_dtype(dtype).np)
-    except (ValueError, TypeError) as e:
+    except ValueError as e:
+        raise ShapeError(f"graphnn.tensor: expected a rectangular nested sequence of numbers: "
+                         f"{e}") from None
+    except TypeError as e:
         raise DTypeError(f"graphnn.tensor: could not convert data to a tensor: {e}") from None
-    from_numpy_dtype(arr.dtype)  # rejects dtypes graphnn has no equivalent of
+    return _checked(arr)
+
+
+def _checked(arr: np.ndarray) -> np.ndarray:
+    """``arr`` if graphnn has its dtype; DTypeError naming the supported dtypes otherwise."""
+    if arr.dtype.kind not in "biuf":
+        raise DTypeError(f"graphnn.tensor: could not convert data of dtype {arr.dtype} to a "
+                         f"tensor (expected numbers)")
+    try:
+        from_numpy_dtype(arr.dtype)
+    except TypeError as e:
+        raise DTypeError(str(e)) from None
     return arr
 
 
@@ -71,9 +87,13 @@ as_tensor = tensor
 
 
 def from_numpy(array: np.ndarray):
-    """A tensor sharing memory with ``array`` (writes through either are seen by both)."""
-    from_numpy_dtype(array.dtype)
-    return _wrap(array)
+    """A tensor sharing memory with ``array`` (writes through either are seen by both); a
+    NumPy scalar, having no memory to share, is copied."""
+    if isinstance(array, np.generic):
+        array = np.array(array)
+    if not isinstance(array, np.ndarray):
+        raise DTypeError(f"from_numpy: expected np.ndarray (got {type(array).__name__})")
+    return _wrap(_checked(array))
 
 
 def _shape(size):

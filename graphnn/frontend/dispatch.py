@@ -1,8 +1,8 @@
 """The one entry point through which every eager tensor operation runs a registry op.
 
 ``apply_op`` normalises attributes, runs the op's shape rule (which raises graphnn errors for bad
-operands before anything is computed), runs the reference implementation, and records a tape
-node when gradients are needed.
+operands before anything is computed), runs the reference implementation, marks outputs that
+share memory with the input as views, and records a tape node when gradients are needed.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from ..ir.registry import OpGroup, get_op
 from ..ir.types import TensorType
 from .autograd import EagerEmitter, Node
 from .grad_mode import is_grad_enabled
+from . import inplace
 
 
 def apply_op(name: str, inputs, attrs=None) -> tuple:
@@ -20,6 +21,11 @@ def apply_op(name: str, inputs, attrs=None) -> tuple:
 
     op = get_op(name)
     attrs = op.normalize_attrs(attrs or {})
+    recording = is_grad_enabled() and op.differentiable
+    if recording:
+        for t in inputs:
+            if t._view is not None:
+                inplace.refresh_view(t)
     out_types = op.infer_types([TensorType(t.shape, t.dtype) for t in inputs], attrs)
     arrays = op.run([t._data for t in inputs], attrs, out_types)
     outs = tuple(Tensor._wrap(a) for a in arrays)
@@ -27,8 +33,8 @@ def apply_op(name: str, inputs, attrs=None) -> tuple:
         source = inputs[0]
         for out in outs:
             if np.may_share_memory(out._data, source._data):
-                out._make_view_of(source)
-    if is_grad_enabled() and op.differentiable and any(t.requires_grad for t in inputs):
+                inplace.record_view(out, source, name, attrs)
+    if recording and any(t.requires_grad for t in inputs):
         node = Node(op, attrs, inputs, outs)
         for i, out in enumerate(outs):
             if out.dtype.is_floating_point:

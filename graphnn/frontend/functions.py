@@ -1,8 +1,9 @@
 """Free functions (``graphnn.exp(x)``, ``graphnn.sum(x, 1)``...) mirroring Tensor methods."""
 from __future__ import annotations
 
+from ..ir.errors import DTypeError
 from .dispatch import apply1
-from .tensor_math import as_operand, binary, is_tensor
+from .tensor_math import as_operand, is_tensor
 
 _METHOD_FUNCTIONS = (
     "exp", "log", "sqrt", "rsqrt", "abs", "neg", "negative", "sign", "tanh", "sigmoid", "erf",
@@ -11,37 +12,37 @@ _METHOD_FUNCTIONS = (
     "reshape", "flatten", "unflatten", "permute", "transpose", "swapaxes", "t", "squeeze",
     "unsqueeze", "broadcast_to", "narrow", "select", "split", "chunk", "unbind", "triu", "tril",
     "masked_fill", "gather", "scatter_add", "index_select", "clone", "detach", "numel",
-    "logical_not", "eq", "ne", "lt", "le", "gt", "ge", "equal", "allclose", "matmul", "div",
-    "remainder", "floor_divide", "maximum", "minimum", "logical_and", "logical_or",
-    "logical_xor",
+    "logical_not", "eq", "ne", "lt", "le", "gt", "ge", "equal", "allclose", "matmul",
+    "maximum", "minimum", "logical_and", "logical_or", "logical_xor",
 )
+# binary functions whose first operand may be a Python number, as in PyTorch
+_SCALAR_FIRST_FUNCTIONS = ("add", "sub", "mul", "div", "true_divide", "pow", "remainder",
+                           "floor_divide")
 
 
 def _method_function(name):
     def fn(input, *args, **kwargs):
+        if not is_tensor(input):
+            raise DTypeError(f"{name}(): argument 'input' (position 1) must be Tensor, not "
+                             f"{type(input).__name__}")
         return getattr(input, name)(*args, **kwargs)
     fn.__name__ = name
     fn.__doc__ = f"``graphnn.{name}(input, ...)`` is ``input.{name}(...)``."
     return fn
 
 
+def _binary_function(name):
+    def fn(input, other, **kwargs):
+        first = input if is_tensor(input) else as_operand(input, other)
+        return getattr(first, name)(other, **kwargs)
+    fn.__name__ = name
+    fn.__doc__ = f"``graphnn.{name}(input, other)``; ``input`` may be a number."
+    return fn
+
+
 FUNCTIONS = {name: _method_function(name) for name in _METHOD_FUNCTIONS}
-
-
-def add(input, other, *, alpha=1):
-    return input.add(other, alpha=alpha) if is_tensor(input) else binary("add", input, other)
-
-
-def sub(input, other, *, alpha=1):
-    return input.sub(other, alpha=alpha) if is_tensor(input) else binary("sub", input, other)
-
-
-def mul(input, other):
-    return binary("mul", input, other)
-
-
-def pow(input, exponent):
-    return binary("pow", input, exponent)
+FUNCTIONS.update({name: _binary_function(name) for name in _SCALAR_FIRST_FUNCTIONS})
+add, sub, mul, pow = (FUNCTIONS[n] for n in ("add", "sub", "mul", "pow"))
 
 
 def mm(input, mat2):

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir.errors import DTypeError, IndexError_, ShapeError
-from ..ir.ops.shape_rules import broadcast_shapes, fmt_shape
+from ..ir.ops.shape_rules import fmt_shape
 from ..ir.registry import get_op
 from ..ir.types import TensorType
 from .dispatch import apply1
+from .inplace import overwrite, run_inplace
 
 
 @dataclass
@@ -38,7 +39,8 @@ class IndexPlan:
                 "steps": tuple(self.steps)}
 
     def sliced_shape(self) -> tuple:
-        return tuple(max(0, -(-(b - a) // c)) for a, b, c in zip(self.starts, self.stops, self.steps))
+        bounds = zip(self.starts, self.stops, self.steps)
+        return tuple(max(0, -(-(b - a) // c)) for a, b, c in bounds)
 
     def slice_is_identity(self, shape) -> bool:
         return self.sliced_shape() == tuple(shape) and all(c == 1 for c in self.steps)
@@ -67,7 +69,7 @@ def _as_index_array(k) -> np.ndarray:
         if arr.size == 0 and arr.dtype.kind == "f":
             arr = arr.astype(np.int64)  # [] is an empty integer index, as in PyTorch
     if arr.dtype.kind not in "biu":
-        raise DTypeError(f"index: tensors used as indices must be long, int, byte or bool "
+        raise IndexError_(f"index: tensors used as indices must be long, int, byte or bool "
                          f"tensors, got {arr.dtype}")
     return arr
 
@@ -88,7 +90,7 @@ def _items(key) -> list:
         elif k is None or k is Ellipsis or isinstance(k, (slice, bool, np.bool_)) or _is_int(k):
             out.append(k)
         else:
-            raise IndexError_(f"index: only integers, slices (`:`), ellipsis (`...`), None and "
+            raise DTypeError(f"index: only integers, slices (`:`), ellipsis (`...`), None and "
                               f"integer or boolean tensors are valid indices (got "
                               f"{type(k).__name__})")
     return out
@@ -145,8 +147,9 @@ def plan_index(shape, key) -> IndexPlan:
     try:
         np.broadcast_shapes(*shapes)
     except ValueError:
+        listed = ", ".join(fmt_shape(s) for s in shapes)
         raise IndexError_(f"index: shape mismatch: indexing tensors could not be broadcast "
-                          f"together with shapes {', '.join(fmt_shape(s) for s in shapes)}") from None
+                          f"together with shapes {listed}") from None
     return plan
 
 
@@ -196,9 +199,13 @@ def _fit_value(value, shape):
         value = apply1("reshape", value, shape=tuple(value.shape[extra:]))
     if tuple(value.shape) == tuple(shape):
         return value
-    if broadcast_shapes("index_put", [value.shape, shape]) != tuple(shape):
-        raise ShapeError(f"index_put: value of shape {fmt_shape(value.shape)} cannot be "
-                         f"broadcast to the indexed shape {fmt_shape(shape)}")
+    try:
+        fits = np.broadcast_shapes(value.shape, tuple(shape)) == tuple(shape)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ShapeError(f"__setitem__: shape mismatch: value of shape {fmt_shape(value.shape)} "
+                         f"cannot be broadcast to the indexed shape {fmt_shape(shape)}")
     return value.expand(tuple(shape))
 
 
@@ -218,7 +225,17 @@ def setitem(x, key, value):
         else:
             new_view = _fit_value(v, plan.view_shape)
         new_region = apply1("reshape", new_view, shape=plan.sliced_shape())
-        if plan.slice_is_identity(tuple(base.shape)):
-            return new_region
-        return apply1("slice_scatter", base, new_region, **plan.slice_attrs())
-    x._inplace("__setitem__", compute, value)
+        if not plan.slice_is_identity(tuple(base.shape)):
+            return apply1("slice_scatter", base, new_region, **plan.slice_attrs())
+        return new_region if plan.tensors else overwrite(base, new_region)
+    run_inplace(x, "__setitem__", compute, (value,))
+
+
+def index_put(x, indices, values, accumulate=False):
+    """``x`` with ``values`` written (or added) at the integer index tensors ``indices``, one
+    per leading dim (``Tensor.index_put``)."""
+    from .tensor_math import as_operand
+    indices = [_wrap_index(_as_index_array(i)) for i in indices]
+    values = as_operand(values, x).to(x.dtype)
+    return apply1("index_put", x, values, *indices, dims=tuple(range(len(indices))),
+                  accumulate=accumulate)

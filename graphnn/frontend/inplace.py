@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.errors import AutogradError, DTypeError, ShapeError, UnsupportedError
-from .dispatch import apply1, apply_op
+from . import dispatch
 from .grad_mode import is_grad_enabled
 
 
@@ -46,26 +46,29 @@ def view_base(t):
 
 
 def refresh_view(t) -> None:
-    """Re-derive a stale view's graph position from its (refreshed) parent."""
-    info = t._view
-    if info is None or info.recorded_at == t._version_counter.value:
-        return
-    refresh_view(info.parent)
-    if info.grad_mode and info.parent.requires_grad and is_grad_enabled():
-        out = apply_op(info.op, [info.parent], info.attrs)[0]
-        t._set_grad_fn(out.grad_fn, out._output_nr)
-    info.recorded_at = t._version_counter.value
+    """Re-derive the graph position of a stale view (and of its stale parents) from the
+    nearest up-to-date parent."""
+    stale = []
+    while t._view is not None and t._view.recorded_at != t._version_counter.value:
+        stale.append(t)
+        t = t._view.parent
+    for view in reversed(stale):
+        info = view._view
+        if info.grad_mode and info.parent.requires_grad and is_grad_enabled():
+            out = dispatch.apply_op(info.op, [info.parent], info.attrs)[0]
+            view._set_grad_fn(out.grad_fn, out._output_nr)
+        info.recorded_at = view._version_counter.value
 
 
 def _unview(parent, child_value, info: ViewInfo):
     """The parent's value once the view made by ``info`` holds ``child_value``."""
     if info.op == "slice":
-        return apply1("slice_scatter", parent._alias(), child_value, **info.attrs)
+        return dispatch.apply1("slice_scatter", parent._alias(), child_value, **info.attrs)
     if info.op == "reshape":
-        return apply1("reshape", child_value, shape=tuple(parent.shape))
+        return dispatch.apply1("reshape", child_value, shape=tuple(parent.shape))
     if info.op == "permute":
         inverse = tuple(int(i) for i in np.argsort(info.attrs["dims"]))
-        return apply1("permute", child_value, dims=inverse)
+        return dispatch.apply1("permute", child_value, dims=inverse)
     raise UnsupportedError(f"in-place write through a {info.op} view is not supported")
 
 
@@ -75,6 +78,10 @@ def _check_writable(t, op_name: str, recording: bool) -> None:
         what = "a leaf Variable" if base is t else "a view of a leaf Variable"
         raise AutogradError(f"{op_name}: {what} that requires grad is being used in an in-place "
                             f"operation.")
+    if recording and t._view is not None and not t._view.grad_mode:
+        raise AutogradError(f"{op_name}: a view was created in no_grad mode and is being "
+                            f"modified in-place with grad mode enabled; create the view with "
+                            f"grad mode enabled or modify it under no_grad")
     if not t._data.flags.writeable:
         raise UnsupportedError(f"{op_name}: this tensor is a broadcast (expanded) view and "
                                f"cannot be written in place; clone() it first")
@@ -88,7 +95,7 @@ def run_inplace(t, op_name: str, compute, operands=()):
     category. On any error, ``t``'s data, version and graph position are unchanged.
     """
     from .tensor import Tensor
-    recording = is_grad_enabled() and (t.requires_grad or any(
+    recording = is_grad_enabled() and (view_base(t).requires_grad or t.requires_grad or any(
         isinstance(o, Tensor) and o.requires_grad for o in operands))
     _check_writable(t, op_name, recording)
     if recording:
@@ -101,15 +108,26 @@ def run_inplace(t, op_name: str, compute, operands=()):
         if result.dtype.category > t.dtype.category:
             raise DTypeError(f"{op_name}: result type {result.dtype.name} can't be cast to the "
                              f"desired output type {t.dtype.name}")
-        result = apply1("cast", result, dtype=t.dtype)
-    chain = _new_positions(t, result) if recording and result.requires_grad else []
+        result = dispatch.apply1("cast", result, dtype=t.dtype)
+    chain = _new_positions(t, result) if recording else []
     np.copyto(t._data, result._data)
     t._version_counter.value += 1
     for tensor, value in chain:
-        tensor._set_grad_fn(value.grad_fn, value._output_nr)
+        if value.requires_grad:
+            tensor._set_grad_fn(value.grad_fn, value._output_nr)
+        else:  # overwritten by constants: no longer depends on the graph
+            tensor.grad_fn, tensor._requires_grad = None, False
         if tensor._view is not None:
             tensor._view.recorded_at = t._version_counter.value
     return t
+
+
+def overwrite(old, value):
+    """``value`` cast and broadcast to ``old``'s dtype and shape, recorded as a ``where`` that
+    picks it everywhere, so that gradients reach ``old`` as zeros (as in PyTorch)."""
+    from .tensor import Tensor
+    everywhere = Tensor._wrap(np.ones((), np.bool_))
+    return dispatch.apply1("where", everywhere, value.to(old.dtype), old)
 
 
 def _new_positions(t, result) -> list:
@@ -207,14 +225,16 @@ class TensorInplaceMixin:
         if value.ndim:
             raise ShapeError(f"fill_: only supports a 0-dimension value tensor, but got a tensor "
                              f"with {value.ndim} dimensions")
-        return run_inplace(self, "fill_", lambda s: value.to(s.dtype).expand(tuple(s.shape)),
-                           (value,))
+        return run_inplace(self, "fill_", lambda s: overwrite(s, value), (value,))
 
     def copy_(self, src):
+        from ..ir.ops.shape_rules import broadcast_shapes, fmt_shape
         from .tensor_math import as_operand
         src = as_operand(src, self)
-        return run_inplace(self, "copy_", lambda s: src.to(s.dtype).broadcast_to(tuple(s.shape)),
-                           (src,))
+        if broadcast_shapes("copy_", [src.shape, self.shape]) != self.shape:
+            raise ShapeError(f"copy_: source of shape {fmt_shape(src.shape)} cannot be "
+                             f"broadcast to the destination shape {fmt_shape(self.shape)}")
+        return run_inplace(self, "copy_", lambda s: overwrite(s, src), (src,))
 
     def masked_fill_(self, mask, value):
         return run_inplace(self, "masked_fill_", lambda s: s.masked_fill(mask, value), (value,))

@@ -1,4 +1,4 @@
-"""Tensor repr in PyTorch's layout: ``tensor([[1., 2.]], dtype=graphnn.float64, requires_grad=True)``.
+"""Tensor repr in PyTorch's layout: ``tensor([[1., 2.]], dtype=graphnn.float64)``.
 
 This follows ``torch._tensor_str`` with its default print options: one formatter for the whole
 tensor pads every element to one width; floats print as whole numbers with a trailing dot when
@@ -92,11 +92,12 @@ def _nested(data, indent, summarize, fmt) -> str:
     if data.ndim == 1:
         return _vector(data, indent, summarize, fmt)
     n = data.shape[0]
+    def rows_of(indices):
+        return [_nested(data[i], indent + 1, summarize, fmt) for i in indices]
     if summarize and n > 2 * EDGEITEMS:
-        rows = [_nested(data[i], indent + 1, summarize, fmt) for i in range(EDGEITEMS)] + \
-            ["..."] + [_nested(data[i], indent + 1, summarize, fmt) for i in range(n - EDGEITEMS, n)]
+        rows = rows_of(range(EDGEITEMS)) + ["..."] + rows_of(range(n - EDGEITEMS, n))
     else:
-        rows = [_nested(data[i], indent + 1, summarize, fmt) for i in range(n)]
+        rows = rows_of(range(n))
     return "[" + ("," + "\n" * (data.ndim - 1) + " " * (indent + 1)).join(rows) + "]"
 
 

@@ -1,7 +1,7 @@
 """graphnn.Tensor: a NumPy-backed eager tensor with PyTorch's surface and autograd.
 
-This file holds the tensor's state and its autograd, conversion and in-place machinery; the op
-methods come from mixins (``tensor_math.py``, ``tensor_shape.py``) that all go through
+This file holds the tensor's state and its autograd and conversion methods; the op methods come
+from mixins (``tensor_math.py``, ``tensor_shape.py``, ``inplace.py``) that all go through
 ``dispatch.apply_op``, so every op a tensor runs is a registry op.
 """
 from __future__ import annotations
@@ -12,10 +12,10 @@ from ..ir.dtypes import (DType, as_dtype, bool_, float16, float32, float64, from
                          int32, int64)
 from ..ir.errors import AutogradError, DTypeError, ShapeError, UnsupportedError
 from . import printing
-from .autograd import AccumulateGrad, VersionCounter, run_backward
-from .dispatch import apply1, eager_emitter
-from .grad_mode import is_grad_enabled
+from .autograd import AccumulateGrad, VersionCounter
+from .dispatch import apply1
 from .indexing import getitem, setitem
+from .inplace import TensorInplaceMixin, view_base
 from .tensor_math import TensorMathMixin
 from .tensor_shape import TensorShapeMixin
 
@@ -66,14 +66,16 @@ class RemovableHandle:
             self._hooks.remove(self._hook)
 
 
-class Tensor(TensorMathMixin, TensorShapeMixin):
+class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
     """An n-dimensional array of one dtype, with gradients recorded when ``requires_grad``."""
 
     __array_priority__ = 1000  # NumPy defers to Tensor's reflected operators
 
     def __init__(self, data, *, requires_grad: bool = False):
+        """``graphnn.Tensor(data)`` copies ``data`` as float32, like ``torch.Tensor``; use
+        ``graphnn.tensor`` to infer the dtype."""
         from .creation import as_array
-        self._init(as_array(data, None))
+        self._init(as_array(data, float32))
         self.requires_grad = requires_grad
 
     def _init(self, array: np.ndarray) -> None:
@@ -82,8 +84,8 @@ class Tensor(TensorMathMixin, TensorShapeMixin):
         self.grad = None
         self.grad_fn = None
         self._output_nr = 0
-        self._version = VersionCounter()
-        self._base = None
+        self._version_counter = VersionCounter()
+        self._view = None  # ViewInfo when this tensor shares its parent's memory
         self._accum = None
 
     @classmethod
@@ -136,8 +138,16 @@ class Tensor(TensorMathMixin, TensorShapeMixin):
         return self.dtype.is_floating_point
 
     @property
-    def _version_value(self) -> int:
-        return self._version.value
+    def _version(self) -> int:
+        """How many in-place writes this tensor's memory has seen (shared with its views)."""
+        return self._version_counter.value
+
+    _version_value = _version  # the name some callers use
+
+    @property
+    def _base(self):
+        """The tensor whose memory this view shares; None when this is not a view."""
+        return view_base(self) if self._view is not None else None
 
     # ---- autograd -----------------------------------------------------------------------------
 
@@ -153,8 +163,8 @@ class Tensor(TensorMathMixin, TensorShapeMixin):
                                 "you want to use a computed variable in a subgraph that doesn't "
                                 "require differentiation use var_no_grad = var.detach().")
         if value and not self.dtype.is_floating_point:
-            raise DTypeError(f"only Tensors of floating point dtype can require gradients, got "
-                             f"{self.dtype.name}")
+            raise AutogradError(f"only Tensors of floating point dtype can require gradients, "
+                                f"got {self.dtype.name}")
         self._requires_grad = value
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
@@ -173,21 +183,17 @@ class Tensor(TensorMathMixin, TensorShapeMixin):
         """A new tensor object at this tensor's place in the graph, sharing (or given) data."""
         t = Tensor._wrap(self._data if data is None else data)
         if data is None:
-            t._version = self._version
+            t._version_counter = self._version_counter
         t._requires_grad = self._requires_grad
         t.grad_fn, t._output_nr = self.grad_fn, self._output_nr
         if self._requires_grad and self.grad_fn is None:
             t._accum = self._accumulator()
         return t
 
-    def _make_view_of(self_view, source: "Tensor") -> None:
-        self_view._version = source._version
-        self_view._base = source._base if source._base is not None else source
-
     def detach(self) -> "Tensor":
         """The same data (shared memory and version counter) outside the graph."""
         t = Tensor._wrap(self._data)
-        t._version = self._version
+        t._version_counter = self._version_counter
         return t
 
     def detach_(self) -> "Tensor":
@@ -342,44 +348,7 @@ class Tensor(TensorMathMixin, TensorShapeMixin):
     def __setitem__(self, key, value):
         setitem(self, key, value)
 
-    # ---- in-place ---------------------------------------------------------------------------------
-
-    def _inplace(self, op_name: str, compute, *operands) -> "Tensor":
-        """Run ``compute(snapshot)`` functionally, then write the result into this tensor.
-
-        Guarantees PyTorch's rules: a leaf requiring grad cannot be changed while grad mode is
-        on; the result must keep this tensor's shape and must not need a higher dtype category;
-        on any error nothing is written.
-        """
-        recording = is_grad_enabled() and (self.requires_grad or any(
-            isinstance(o, Tensor) and o.requires_grad for o in operands))
-        if recording and self.requires_grad and self.grad_fn is None:
-            raise AutogradError(f"{op_name}: a leaf Variable that requires grad is being used in "
-                                f"an in-place operation.")
-        if recording and self._base is not None:
-            raise UnsupportedError(f"{op_name}: in-place modification of a view while recording "
-                                   f"gradients is not supported by graphnn's eager autograd; "
-                                   f"use the out-of-place form")
-        source = self._alias(self._data.copy()) if recording else self
-        result = compute(source)
-        if result.shape != self.shape:
-            raise ShapeError(f"{op_name}: output with shape {list(self.shape)} doesn't match the "
-                             f"broadcast shape {list(result.shape)}")
-        if result.dtype != self.dtype:
-            if result.dtype.category > self.dtype.category:
-                raise DTypeError(f"{op_name}: result type {result.dtype.name} can't be cast to "
-                                 f"the desired output type {self.dtype.name}")
-            result = apply1("cast", result, dtype=self.dtype)
-        if not self._data.flags.writeable:
-            raise UnsupportedError(f"{op_name}: this tensor is a broadcast (expanded) view and "
-                                   f"cannot be written in place; clone() it first")
-        np.copyto(self._data, result._data)
-        self._version.value += 1
-        if result.requires_grad:
-            self._set_grad_fn(result.grad_fn, result._output_nr)
-        return self
-
-    # ---- printing ---------------------------------------------------------------------------------
+    # ---- printing -------------------------------------------------------------------------------
 
     def __repr__(self):
         return printing.tensor_repr(self)

@@ -11,8 +11,8 @@ import numbers
 
 import numpy as np
 
-from ..ir.dtypes import as_dtype, bool_, scalar_result_type
-from ..ir.errors import DTypeError
+from ..ir.dtypes import bool_, float16, float32, scalar_result_type
+from ..ir.errors import AttributeError_, DTypeError, UnsupportedError
 from .dispatch import apply1, apply_op
 
 ReductionResult = collections.namedtuple("ReductionResult", ["values", "indices"])
@@ -23,15 +23,34 @@ def is_tensor(x) -> bool:
     return isinstance(x, Tensor)
 
 
+def is_number(value) -> bool:
+    return isinstance(value, (numbers.Number, np.number, np.bool_))
+
+
 def as_operand(value, like):
-    """``value`` as a tensor to combine with tensor ``like``; numbers become 0-d tensors."""
+    """``value`` as a tensor to combine with tensor ``like``; numbers become 0-d tensors.
+
+    A number takes the dtype PyTorch gives it next to ``like``. Next to a dimensioned float16
+    tensor it stays float32, because float16 ops compute in float32 (PyTorch's opmath) and a
+    0-d operand of the same category does not change the result dtype.
+    """
     from .tensor import Tensor
     if isinstance(value, Tensor):
         return value
-    if isinstance(value, (numbers.Number, np.number, np.bool_)):
-        return Tensor._wrap(np.asarray(value, dtype=scalar_result_type(like.dtype, value).np))
+    if is_number(value):
+        dtype = scalar_result_type(like.dtype, value)
+        if dtype is float16 and like.ndim:
+            dtype = float32
+        try:  # through NumPy's int64/float64 first: a narrower int wraps around, as in PyTorch
+            return Tensor._wrap(np.asarray(value).astype(dtype.np))
+        except OverflowError:
+            raise DTypeError(f"value {value!r} does not fit in int64") from None
     from .creation import tensor
     return tensor(value)
+
+
+def _comparable(value) -> bool:
+    return is_tensor(value) or is_number(value) or isinstance(value, (list, tuple, np.ndarray))
 
 
 def binary(op: str, a, b):
@@ -140,10 +159,10 @@ class TensorMathMixin:
         return apply1(op, self, other)
 
     def __eq__(self, other):
-        return binary("eq", self, other)
+        return binary("eq", self, other) if _comparable(other) else NotImplemented
 
     def __ne__(self, other):
-        return binary("ne", self, other)
+        return binary("ne", self, other) if _comparable(other) else NotImplemented
 
     def __lt__(self, other):
         return binary("lt", self, other)
@@ -159,20 +178,31 @@ class TensorMathMixin:
 
     # ---- named binary methods -------------------------------------------------------------------
     def add(self, other, *, alpha=1):
-        return binary("add", self, other if alpha == 1 else binary("mul", other, alpha))
+        return binary("add", self, _scaled(other, alpha))
 
     def sub(self, other, *, alpha=1):
-        return binary("sub", self, other if alpha == 1 else binary("mul", other, alpha))
+        return binary("sub", self, _scaled(other, alpha))
 
     def mul(self, other):
         return binary("mul", self, other)
 
     def div(self, other, *, rounding_mode=None):
+        """True division, or rounded toward -inf (``"floor"``) or toward zero (``"trunc"``)."""
+        if rounding_mode is None:
+            return binary("div", self, other)
+        if rounding_mode not in ("floor", "trunc"):
+            raise AttributeError_(f"div expected rounding_mode to be one of None, 'trunc', or "
+                                  f"'floor' but found {rounding_mode!r}")
+        other = as_operand(other, self)
+        floor = binary("floor_divide", self, other)
         if rounding_mode == "floor":
-            return binary("floor_divide", self, other)
-        if rounding_mode is not None:
-            raise ValueError(f"div: rounding_mode must be None or 'floor', got {rounding_mode!r}")
-        return binary("div", self, other)
+            return floor
+        # a floored negative quotient with a remainder is one below the truncated one
+        inexact = binary("ne", binary("remainder", self, other), 0)
+        negative = binary("logical_xor", binary("lt", self, 0), binary("lt", other, 0))
+        return where(binary("logical_and", inexact, negative), floor + 1, floor)
+
+    true_divide = divide = div
 
     def pow(self, exponent):
         return binary("pow", self, exponent)
@@ -222,8 +252,11 @@ class TensorMathMixin:
     def logical_not(self):
         return apply1("logical_not", self)
 
+    def where(self, condition, other):
+        return where(condition, self, other)
+
     def equal(self, other) -> bool:
-        return tuple(self.shape) == tuple(other.shape) and bool(np.array_equal(self._data, other._data))
+        return self.shape == other.shape and bool(np.array_equal(self._data, other._data))
 
     def allclose(self, other, rtol=1e-5, atol=1e-8, equal_nan=False) -> bool:
         return bool(np.allclose(self._data, as_operand(other, self)._data, rtol, atol, equal_nan))
@@ -271,9 +304,10 @@ class TensorMathMixin:
         return binary("div", 1.0, self)
 
     def clamp(self, min=None, max=None):
-        """Clamp into [min, max]; tensor bounds use maximum/minimum, numbers the clamp op."""
+        """Clamp into [min, max]; tensor bounds use maximum/minimum, numbers the clamp op
+        (a float bound makes an integer tensor float, as in PyTorch)."""
         if min is None and max is None:
-            raise ValueError("clamp: at least one of 'min' or 'max' must not be None")
+            raise AttributeError_("clamp: at least one of 'min' or 'max' must not be None")
         if is_tensor(min) or is_tensor(max):
             out = self
             if min is not None:
@@ -281,7 +315,11 @@ class TensorMathMixin:
             if max is not None:
                 out = binary("minimum", out, max)
             return out
-        return apply1("clamp", self, min=min, max=max)
+        x = self
+        for bound in (min, max):
+            if bound is not None:
+                x = x.to(scalar_result_type(x.dtype, bound))
+        return apply1("clamp", x, min=min, max=max)
 
     clip = clamp
 
@@ -351,104 +389,42 @@ class TensorMathMixin:
         return apply1("amax", self.to(bool_), dims=_dims(dim), keepdim=keepdim)
 
     def norm(self, p=2, dim=None, keepdim=False):
-        """The p-norm (p = 1, 2 or inf) over ``dim`` (all elements by default)."""
-        if p == 2 or p == "fro":
-            return apply1("sum", self * self, dims=_dims(dim), keepdim=keepdim).sqrt()
+        """The p-norm over ``dim`` (all elements by default); like PyTorch, its gradient at a
+        zero vector is zero."""
         if p == 1:
             return apply1("sum", self.abs(), dims=_dims(dim), keepdim=keepdim)
         if p == float("inf"):
             return apply1("amax", self.abs(), dims=_dims(dim), keepdim=keepdim)
-        return apply1("sum", self.abs() ** p, dims=_dims(dim), keepdim=keepdim) ** (1.0 / p)
+        euclidean = p in (2, "fro")
+        powers = self * self if euclidean else self.abs() ** p
+        total = apply1("sum", powers, dims=_dims(dim), keepdim=keepdim)
+        zero = binary("eq", total, 0)
+        # the root goes through a 1 where the sum is 0, so its gradient there is finite
+        safe = where(zero, 1.0, total)
+        return where(zero, 0.0, safe.sqrt() if euclidean else safe ** (1.0 / p))
 
-    # ---- in-place forms ----------------------------------------------------------------------------
-    def add_(self, other, *, alpha=1):
-        return self._inplace("add_", lambda s: s.add(other, alpha=alpha), other)
 
-    def sub_(self, other, *, alpha=1):
-        return self._inplace("sub_", lambda s: s.sub(other, alpha=alpha), other)
-
-    def mul_(self, other):
-        return self._inplace("mul_", lambda s: s * other, other)
-
-    def div_(self, other):
-        return self._inplace("div_", lambda s: s / other, other)
-
-    def pow_(self, exponent):
-        return self._inplace("pow_", lambda s: s ** exponent, exponent)
-
-    def neg_(self):
-        return self._inplace("neg_", lambda s: -s)
-
-    def exp_(self):
-        return self._inplace("exp_", lambda s: s.exp())
-
-    def sqrt_(self):
-        return self._inplace("sqrt_", lambda s: s.sqrt())
-
-    def relu_(self):
-        return self._inplace("relu_", lambda s: s.relu())
-
-    def sigmoid_(self):
-        return self._inplace("sigmoid_", lambda s: s.sigmoid())
-
-    def tanh_(self):
-        return self._inplace("tanh_", lambda s: s.tanh())
-
-    def abs_(self):
-        return self._inplace("abs_", lambda s: s.abs())
-
-    def clamp_(self, min=None, max=None):
-        return self._inplace("clamp_", lambda s: s.clamp(min, max), min, max)
-
-    clip_ = clamp_
-
-    def maximum_(self, other):
-        return self._inplace("maximum_", lambda s: s.maximum(other), other)
-
-    def addcmul_(self, t1, t2, *, value=1):
-        return self._inplace("addcmul_", lambda s: s + t1 * t2 * value, t1, t2)
-
-    def addcdiv_(self, t1, t2, *, value=1):
-        return self._inplace("addcdiv_", lambda s: s + t1 / t2 * value, t1, t2)
-
-    def lerp_(self, end, weight):
-        return self._inplace("lerp_", lambda s: s + (end - s) * weight, end, weight)
-
-    def zero_(self):
-        return self.fill_(0)
-
-    def fill_(self, value):
-        from .creation import full
-        return self._inplace("fill_", lambda s: full(tuple(s.shape), value.item() if is_tensor(value) else value, dtype=s.dtype), value)
-
-    def copy_(self, src):
-        src = as_operand(src, self)
-        return self._inplace("copy_", lambda s: src.to(s.dtype).expand(tuple(s.shape)), src)
-
-    def masked_fill_(self, mask, value):
-        return self._inplace("masked_fill_", lambda s: s.masked_fill(mask, value), value)
-
-    def uniform_(self, a=0.0, b=1.0):
-        from .creation import rand
-        return self._inplace("uniform_", lambda s: rand(tuple(s.shape), dtype=s.dtype) * (b - a) + a)
-
-    def normal_(self, mean=0.0, std=1.0):
-        from .creation import randn
-        return self._inplace("normal_", lambda s: randn(tuple(s.shape), dtype=s.dtype) * std + mean)
+def _scaled(other, alpha):
+    """``other * alpha`` for the ``alpha`` argument of add/sub."""
+    if alpha == 1:
+        return other
+    return other * alpha if is_number(other) else binary("mul", other, alpha)
 
 
 def where(condition, input=None, other=None):
     """``input`` where ``condition`` else ``other``; numbers adopt the other operand's dtype."""
     if input is None and other is None:
-        raise ValueError("where: the one-argument form (nonzero) is not supported; pass input "
-                         "and other")
-    cond = as_operand(condition, input if is_tensor(input) else other)
+        raise UnsupportedError("where: the one-argument form (nonzero) is not supported; pass "
+                               "input and other")
+    from .creation import tensor
+    cond = condition if is_tensor(condition) else tensor(condition)
     if cond.dtype is not bool_:
         raise DTypeError(f"where: expected condition to be a bool tensor, got {cond.dtype.name}")
     if is_tensor(input):
         other = as_operand(other, input)
     else:
-        input = as_operand(input, other)
+        input = as_operand(input, other if is_tensor(other) else cond)
+        other = as_operand(other, cond)
     return apply1("where", cond, input, other)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.errors import ShapeError
+from ..ir.errors import DTypeError, IndexError_, ShapeError
 from ..ir.ops.shape_rules import fmt_shape, normalize_dim
 from .dispatch import apply1
 
@@ -19,16 +19,19 @@ def _sizes(args) -> tuple:
 
 
 def infer_shape(op: str, shape, numel: int) -> tuple:
-    """Resolve one -1 in ``shape`` so that it holds ``numel`` elements."""
+    """``shape`` with its one -1 resolved; ShapeError naming ``op`` unless it holds ``numel``
+    elements."""
     shape = list(shape)
     unknown = [i for i, s in enumerate(shape) if s == -1]
     if len(unknown) > 1:
         raise ShapeError(f"{op}: only one dimension can be inferred, got shape {fmt_shape(shape)}")
-    if unknown:
-        known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
-        if known == 0 or numel % known:
-            raise ShapeError(f"{op}: shape {fmt_shape(shape)} is invalid for input of size {numel}")
+    known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+    if any(s < -1 for s in shape):
+        raise ShapeError(f"{op}: invalid shape dimension in {fmt_shape(shape)}")
+    if unknown and known and numel % known == 0:
         shape[unknown[0]] = numel // known
+    elif unknown or known != numel:
+        raise ShapeError(f"{op}: shape {fmt_shape(shape)} is invalid for input of size {numel}")
     return tuple(shape)
 
 
@@ -63,8 +66,8 @@ class TensorShapeMixin:
         e = normalize_dim("flatten", end_dim, self.ndim)
         if s > e:
             raise ShapeError("flatten() has invalid args: start_dim cannot come after end_dim")
-        shape = self.shape[:s] + (int(np.prod(self.shape[s:e + 1], dtype=np.int64)),) + self.shape[e + 1:]
-        return self.reshape(shape)
+        merged = int(np.prod(self.shape[s:e + 1], dtype=np.int64))
+        return self.reshape(self.shape[:s] + (merged,) + self.shape[e + 1:])
 
     def unflatten(self, dim, sizes):
         d = normalize_dim("unflatten", dim, self.ndim)
@@ -73,14 +76,16 @@ class TensorShapeMixin:
 
     def permute(self, *dims):
         dims = _sizes(dims)
-        return apply1("permute", self, dims=tuple(normalize_dim("permute", d, self.ndim) for d in dims))
+        dims = tuple(normalize_dim("permute", d, self.ndim) for d in dims)
+        return apply1("permute", self, dims=dims)
 
     def transpose(self, dim0, dim1):
         if self.ndim == 0:
             normalize_dim("transpose", dim0, 0), normalize_dim("transpose", dim1, 0)
             return self
         order = list(range(self.ndim))
-        a, b = normalize_dim("transpose", dim0, self.ndim), normalize_dim("transpose", dim1, self.ndim)
+        a = normalize_dim("transpose", dim0, self.ndim)
+        b = normalize_dim("transpose", dim1, self.ndim)
         order[a], order[b] = order[b], order[a]
         return apply1("permute", self, dims=tuple(order))
 
@@ -105,7 +110,8 @@ class TensorShapeMixin:
         if dim is None:
             dims = [i for i, s in enumerate(self.shape) if s == 1]
         else:
-            dims = [normalize_dim("squeeze", d, self.ndim) for d in (dim if isinstance(dim, (tuple, list)) else (dim,))]
+            listed = dim if isinstance(dim, (tuple, list)) else (dim,)
+            dims = [normalize_dim("squeeze", d, self.ndim) for d in listed]
         shape = tuple(s for i, s in enumerate(self.shape) if not (i in dims and s == 1))
         return self.reshape(shape) if shape != tuple(self.shape) else self._same_view()
 
@@ -122,7 +128,8 @@ class TensorShapeMixin:
         if lead < 0:
             raise ShapeError(f"expand: the number of sizes provided ({len(sizes)}) must be greater "
                              f"or equal to the number of dimensions in the tensor ({self.ndim})")
-        shape = tuple(self.shape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(sizes))
+        shape = tuple(self.shape[i - lead] if s == -1 and i >= lead else s
+                      for i, s in enumerate(sizes))
         return apply1("expand", self, shape=shape)
 
     def expand_as(self, other):
@@ -138,11 +145,10 @@ class TensorShapeMixin:
             raise ShapeError("repeat: number of repeat dims can not be smaller than number of "
                              "dimensions of tensor")
         x = self.reshape((1,) * (len(sizes) - self.ndim) + tuple(self.shape))
-        inter = []
-        for r, s in zip(sizes, x.shape):
-            inter += [1, s]
-        tiled = x.reshape(tuple(inter)).expand(tuple(v for r, s in zip(sizes, x.shape) for v in (r, s)))
-        return tiled.reshape(tuple(r * s for r, s in zip(sizes, x.shape)))
+        pairs = list(zip(sizes, x.shape))
+        spread = x.reshape(tuple(v for _, s in pairs for v in (1, s)))
+        tiled = spread.expand(tuple(v for r, s in pairs for v in (r, s)))
+        return tiled.reshape(tuple(r * s for r, s in pairs))
 
     def narrow(self, dim, start, length):
         d = normalize_dim("narrow", dim, self.ndim)
@@ -156,8 +162,8 @@ class TensorShapeMixin:
         d = normalize_dim("select", dim, self.ndim)
         size = self.shape[d]
         if not -size <= index < size:
-            raise IndexError(f"select(): index {index} out of range for tensor of size "
-                             f"{list(self.shape)} at dimension {d}")
+            raise IndexError_(f"select(): index {index} out of range for tensor of size "
+                              f"{list(self.shape)} at dimension {d}")
         index %= size
         return _slice_along(self, d, index, index + 1).squeeze(d)
 
@@ -197,8 +203,16 @@ class TensorShapeMixin:
         return apply1("tril", self, diagonal=diagonal)
 
     def masked_fill(self, mask, value):
-        from .tensor_math import where
-        fill = value if hasattr(value, "_data") else _filled(self, value)
+        """``value`` where the bool ``mask`` is true (the two broadcast together); the result
+        keeps this tensor's dtype."""
+        from .tensor_math import is_tensor, where
+        if not is_tensor(mask) or mask.dtype.name != "bool":
+            got = mask.dtype.name if is_tensor(mask) else type(mask).__name__
+            raise DTypeError(f"masked_fill: expected a bool tensor as mask, got {got}")
+        if is_tensor(value) and value.ndim:
+            raise ShapeError(f"masked_fill: only supports a 0-dimensional value tensor, but got "
+                             f"one with {value.ndim} dimension(s)")
+        fill = value.to(self.dtype) if is_tensor(value) else _filled(self, value)
         return where(mask, fill, self)
 
     def gather(self, dim, index):
@@ -206,6 +220,10 @@ class TensorShapeMixin:
 
     def scatter_add(self, dim, index, src):
         return apply1("scatter_add", self, index, src, dim=dim)
+
+    def index_put(self, indices, values, accumulate=False):
+        from .indexing import index_put
+        return index_put(self, indices, values, accumulate)
 
     def index_select(self, dim, index):
         d = normalize_dim("index_select", dim, self.ndim)

@@ -167,11 +167,15 @@ class OpDef:
             out_types = self.infer_types([type_of_array(a) for a in arrays], attrs)
         with np.errstate(all="ignore"):
             result = self.impl(*arrays, **attrs)
-        results = result if isinstance(result, tuple) else (result,)
-        return tuple(np.asarray(r, dtype=t.dtype.np).reshape(t.shape)
-                     if not (isinstance(r, np.ndarray) and r.dtype == t.dtype.np and r.shape == t.shape)
-                     else r
-                     for r, t in zip(results, out_types))
+            results = result if isinstance(result, tuple) else (result,)
+            return tuple(_conform(r, t) for r, t in zip(results, out_types))
+
+
+def _conform(result, t: TensorType) -> np.ndarray:
+    """``result`` as an ndarray of exactly type ``t`` (no copy when it already is)."""
+    if isinstance(result, np.ndarray) and result.dtype == t.dtype.np and result.shape == t.shape:
+        return result
+    return np.asarray(result, dtype=t.dtype.np).reshape(t.shape)
 
 
 def type_of_array(a: np.ndarray) -> TensorType:

@@ -1,5 +1,8 @@
-"""graphnn.nn: neural-network building blocks (Modules, layers, parameter initialization).
-
-For now this package holds only ``graphnn.nn.init``; the Module API is added alongside it.
-"""
-from . import init  # noqa: F401
+"""graphnn.nn: Modules, Parameters, containers, layers, losses, hooks and initialisation."""
+from . import functional, init, utils  # noqa: F401
+from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
+from .hooks import (register_module_forward_hook, register_module_forward_pre_hook,
+                    register_module_full_backward_hook, register_module_full_backward_pre_hook)
+from .layers import *  # noqa: F401,F403
+from .module import Module
+from .parameter import Parameter

@@ -6,10 +6,12 @@ generator).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..dtypes import float32, int64
-from ..errors import ShapeError
+from ..errors import DTypeError, ShapeError
 from ..registry import Attr, NotDifferentiable, OpDef, OpGroup, register
 from ..types import TensorType
 
@@ -21,9 +23,11 @@ def _check_shape(op, shape):
         raise ShapeError(f"{op}: negative dimension in shape {list(shape)}")
 
 
-def _creation(name, group, impl, attrs, doc):
-    def infer(types, *, shape, dtype, **_):
+def _creation(name, group, impl, attrs, doc, check=None):
+    def infer(types, *, shape, dtype, **rest):
         _check_shape(name, shape)
+        if check is not None:
+            check(dtype=dtype, **rest)
         return TensorType(tuple(shape), dtype)
     register(OpDef(name=name, group=group, infer=infer, impl=impl, grad=_NO_INPUTS,
                    attrs={"shape": Attr("ints"), "dtype": Attr("dtype", float32), **attrs},
@@ -31,11 +35,24 @@ def _creation(name, group, impl, attrs, doc):
 
 
 def _full(*, shape, value, dtype):
-    return np.full(shape, value, dtype=dtype.np)
+    with np.errstate(all="ignore"):
+        return np.full(shape, np.array(value).astype(dtype.np), dtype=dtype.np)
+
+
+def _check_fill(*, dtype, value):
+    """An integer dtype must hold value, as PyTorch's full checks (unsigned: -max..max wraps);
+    floats overflow to inf."""
+    if dtype.category != 1:
+        return
+    info = np.iinfo(dtype.np)
+    finite = not isinstance(value, float) or math.isfinite(value)
+    if not (finite and (-info.max if info.min == 0 else info.min) <= value <= info.max):
+        raise DTypeError(f"full: value {value!r} cannot be converted to {dtype.name} without "
+                         f"overflow")
 
 
 _creation("full", OpGroup.CREATION, _full, {"value": Attr("scalar")},
-          "a tensor of shape filled with value")
+          "a tensor of shape filled with value", _check_fill)
 
 
 def _generator(seed: int) -> np.random.Generator:
@@ -43,7 +60,11 @@ def _generator(seed: int) -> np.random.Generator:
 
 
 def _rand(*, shape, dtype, seed):
-    return _generator(seed).random(shape, dtype=np.float64).astype(dtype.np)
+    """Multiples of 2**-bits for the dtype's mantissa bits: exact, so never rounded up to 1."""
+    if dtype.np == np.float64:
+        return _generator(seed).random(shape, dtype=np.float64)
+    bits = np.finfo(dtype.np).nmant + 1
+    return (_generator(seed).integers(0, 2 ** bits, size=shape) * 2.0 ** -bits).astype(dtype.np)
 
 
 def _randn(*, shape, dtype, seed):
@@ -54,24 +75,49 @@ def _randint(*, shape, dtype, seed, low, high):
     return _generator(seed).integers(low, high, size=shape, dtype=np.int64).astype(dtype.np)
 
 
+def _float_dtype(name):
+    def check(*, dtype, **_):
+        if not dtype.is_floating_point:
+            raise DTypeError(f"{name}: expected a floating point dtype, got {dtype.name}")
+    return check
+
+
+def _check_range(*, low, high, **_):
+    if low >= high:
+        raise ShapeError(f"randint: expected low < high, got low={low} and high={high}")
+
+
 _SEED = {"seed": Attr("int")}
-_creation("rand", OpGroup.RANDOM, _rand, _SEED, "uniform numbers in [0, 1)")
-_creation("randn", OpGroup.RANDOM, _randn, _SEED, "standard normal numbers")
+_creation("rand", OpGroup.RANDOM, _rand, _SEED, "uniform numbers in [0, 1)", _float_dtype("rand"))
+_creation("randn", OpGroup.RANDOM, _randn, _SEED, "standard normal numbers",
+          _float_dtype("randn"))
 _creation("randint", OpGroup.RANDOM, _randint,
-          {**_SEED, "low": Attr("int"), "high": Attr("int")}, "integers in [low, high)")
+          {**_SEED, "low": Attr("int"), "high": Attr("int")}, "integers in [low, high)",
+          _check_range)
+
+
+def _arange_bounds(start, end, step, dtype):
+    """(start, step, size) as PyTorch computes them: integer dtypes truncate the bounds first."""
+    if not dtype.is_floating_point:
+        start, end, step = int(start), int(end), int(step)
+    if step == 0:
+        raise ShapeError("arange: step must be nonzero")
+    if (step > 0 and end < start) or (step < 0 and end > start):
+        raise ShapeError(f"arange: upper bound and lower bound inconsistent with step sign "
+                         f"(start={start}, end={end}, step={step})")
+    if dtype.is_floating_point:
+        return start, step, int(np.ceil((end - start) / step))
+    return start, step, -((start - end) // step)
 
 
 def _arange_infer(types, *, start, end, step, dtype):
-    if step == 0:
-        raise ShapeError("arange: step must be nonzero")
-    n = max(0, int(np.ceil((end - start) / step)))
-    return TensorType((n,), dtype)
+    return TensorType((_arange_bounds(start, end, step, dtype)[2],), dtype)
 
 
 def _arange(*, start, end, step, dtype):
-    n = _arange_infer([], start=start, end=end, step=step, dtype=dtype).shape[0]
-    return (start + step * np.arange(n, dtype=np.float64)).astype(dtype.np) \
-        if dtype.is_floating_point else np.arange(start, end, step).astype(dtype.np)[:n]
+    start, step, n = _arange_bounds(start, end, step, dtype)
+    acc = np.float64 if dtype.is_floating_point else np.int64
+    return (start + step * np.arange(n, dtype=acc)).astype(dtype.np)
 
 
 register(OpDef(name="arange", group=OpGroup.CREATION, infer=_arange_infer, impl=_arange,

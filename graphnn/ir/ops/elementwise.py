@@ -1,8 +1,8 @@
 """Elementwise ops: broadcasting arithmetic, math functions, activations, comparisons, casts.
 
 Every op here broadcasts its inputs, promotes dtypes as PyTorch does (``result`` selects the
-output rule: the promoted dtype, a floating dtype, or bool), and computes float16 in float32
-before rounding back, as PyTorch's CPU kernels do.
+output rule: the promoted dtype, a floating dtype, bool, or a function of types and attributes),
+and computes float16 in float32 before rounding back, as PyTorch's CPU kernels do.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ..dtypes import bool_, float16, float32
+from ..dtypes import bool_, float16, float32, scalar_result_type
 from ..errors import DTypeError
 from ..registry import Attr, NotDifferentiable, OpDef, OpGroup, register, type_of_array
 from ..types import TensorType
@@ -20,10 +20,14 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_TANH_COEF = 0.044715
 
 
-def _result_dtype(name, result, types):
+def _result_dtype(name, result, types, attrs):
+    if callable(result):
+        return result(name, types, attrs)
     compute = promoted(types)
     if result == "bool":
         return bool_
+    if result == "float_only" and not compute.is_floating_point:
+        raise DTypeError(f"{name}: expected a floating point tensor, got {compute.name}")
     if result == "float":
         return float_of(compute)
     if result == "promote_nonbool" and compute is bool_:
@@ -35,20 +39,27 @@ def _make_impl(name, fn, result, data_from):
     """Wrap a NumPy function: cast operands to the compute dtype, float16 through float32."""
     def impl(*arrays, **attrs):
         types = [type_of_array(a) for a in arrays[data_from:]]
-        compute = _result_dtype(name, result, types) if result != "bool" else promoted(types)
-        if compute is float16:
+        compute = _result_dtype(name, result, types, attrs) if result != "bool" else \
+            promoted(types)
+        rounded = compute is float16
+        if rounded:
             compute = float32
-        cast = list(arrays[:data_from]) + [a.astype(compute.np, copy=False) for a in arrays[data_from:]]
-        return fn(*cast, **attrs)
+        cast = list(arrays[:data_from]) + [a.astype(compute.np, copy=False)
+                                           for a in arrays[data_from:]]
+        out = fn(*cast, **attrs)
+        return out.astype(np.float16) if rounded and out.dtype == np.float32 else out
     return impl
 
 
 def elementwise(name, fn, grad, *, arity=1, result="promote", attrs=None, saves_inputs=None,
-                saves_outputs=(), data_from=0, doc=""):
-    """Register one broadcasting elementwise op; ``data_from`` skips leading non-data inputs."""
-    def infer(types, **_attrs):
+                saves_outputs=(), data_from=0, check=None, doc=""):
+    """Register one broadcasting elementwise op; ``data_from`` skips leading non-data inputs,
+    ``check(types)`` rejects operands beyond what broadcasting and ``result`` reject."""
+    def infer(types, **attrs):
+        if check is not None:
+            check(types)
         shape = broadcast_shapes(name, [t.shape for t in types])
-        return TensorType(shape, _result_dtype(name, result, types[data_from:]))
+        return TensorType(shape, _result_dtype(name, result, types[data_from:], attrs))
 
     return register(OpDef(name=name, group=OpGroup.ELEMENTWISE, infer=infer,
                           impl=_make_impl(name, fn, result, data_from), grad=grad,
@@ -103,16 +114,27 @@ elementwise("neg", np.negative, lambda b, ctx, g: [b.neg(g)], result="promote_no
             saves_inputs=(), doc="-x")
 
 
+def _pow(x, y):
+    """x ** y; integer x to a negative integer y truncates 1 / x**-y toward zero, as PyTorch."""
+    if x.dtype.kind not in "iu":
+        return np.power(x, y)
+    negative = y < 0
+    out = np.power(x, np.where(negative, -y, y))
+    return np.where(negative & (np.abs(x) != 1), np.zeros((), x.dtype), out)
+
+
 def _grad_pow(b, ctx, g):
     x, y, out = ctx.input(0), ctx.input(1), ctx.output()
     one = b.scalar(1, b.dtype(y))
     gx = b.mul(g, b.mul(y, b.pow(x, b.sub(y, one))))
+    gx = _zero_where(b, b.eq(y, b.scalar(0, b.dtype(y))), gx)  # d(x**0)/dx = 0, also at x = 0
     x_is_zero = b.logical_and(b.eq(x, b.scalar(0, b.dtype(x))), b.ge(y, b.scalar(0, b.dtype(y))))
     gy = _zero_where(b, x_is_zero, b.mul(g, b.mul(out, b.log(x))))
     return [gx, gy]
 
 
-elementwise("pow", np.power, _grad_pow, arity=2, saves_outputs=(0,), doc="x ** y")
+elementwise("pow", _pow, _grad_pow, arity=2, result="promote_nonbool", saves_outputs=(0,),
+            doc="x ** y")
 
 
 def _grad_maximum_like(compare):
@@ -135,11 +157,21 @@ elementwise("minimum", np.minimum, _grad_maximum_like("lt"), arity=2,
 
 
 def _clamp_impl(x, *, min, max):
+    # a bound outside an integer dtype's range wraps around, as PyTorch converts it
     if min is not None:
-        x = np.maximum(x, np.asarray(min, dtype=x.dtype))
+        x = np.maximum(x, np.asarray(min).astype(x.dtype))
     if max is not None:
-        x = np.minimum(x, np.asarray(max, dtype=x.dtype))
+        x = np.minimum(x, np.asarray(max).astype(x.dtype))
     return x
+
+
+def _clamp_dtype(name, types, attrs):
+    """Number bounds are weak operands: a float bound lifts an integer tensor to float."""
+    dtype = types[0].dtype
+    for bound in (attrs["min"], attrs["max"]):
+        if bound is not None:
+            dtype = scalar_result_type(dtype, bound)
+    return dtype
 
 
 def _grad_clamp(b, ctx, g):
@@ -152,7 +184,7 @@ def _grad_clamp(b, ctx, g):
     return [g]
 
 
-elementwise("clamp", _clamp_impl, _grad_clamp,
+elementwise("clamp", _clamp_impl, _grad_clamp, result=_clamp_dtype,
             attrs={"min": Attr("optional_scalar", None), "max": Attr("optional_scalar", None)},
             doc="min(max(x, min), max); gradient passes where min <= x <= max")
 
@@ -163,11 +195,17 @@ def _grad_where(b, ctx, g):
 
 
 def _where_impl(cond, x, y):
-    return np.where(cond.astype(bool, copy=False), x, y)
+    return np.where(cond, x, y)
+
+
+def _check_condition(types):
+    if types[0].dtype is not bool_:
+        raise DTypeError(f"where: expected condition to be a bool tensor, got "
+                         f"{types[0].dtype.name}")
 
 
 elementwise("where", _where_impl, _grad_where, arity=3, data_from=1, saves_inputs=(0,),
-            doc="x where cond else y")
+            check=_check_condition, doc="x where cond else y")
 
 # ---- math functions -----------------------------------------------------------------------
 
@@ -190,8 +228,17 @@ def _grad_rsqrt(b, ctx, g):
 
 
 elementwise("rsqrt", _rsqrt, _grad_rsqrt, result="float", saves_inputs=(), saves_outputs=(0,))
-elementwise("sign", np.sign, NotDifferentiable("sign is piecewise constant"),
-            doc="-1, 0 or 1 by the sign of x")
+
+
+def _sign(x):
+    """(x > 0) - (x < 0): nan gives 0, as in PyTorch."""
+    if x.dtype == np.bool_:
+        return x.copy()
+    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+
+
+elementwise("sign", _sign, lambda b, ctx, g: [b.zeros(ctx.input_types[0].shape, b.dtype(g))],
+            saves_inputs=(), doc="-1, 0 or 1 by the sign of x; its gradient is 0, as PyTorch's")
 elementwise("abs", np.abs, lambda b, ctx, g: [b.mul(g, b.sign(ctx.input(0)))],
             result="promote_nonbool")
 
@@ -237,8 +284,13 @@ def _relu(x):
     return np.maximum(x, np.zeros((), dtype=x.dtype))
 
 
-elementwise("relu", _relu, lambda b, ctx, g: [_keep_where(b, b.gt(ctx.output(), b.scalar(0, b.dtype(g))), g)],
-            result="promote_nonbool", saves_inputs=(), saves_outputs=(0,), doc="max(x, 0)")
+def _grad_relu(b, ctx, g):
+    """g where the output is not <= 0 (a nan output passes g, as in PyTorch)."""
+    return [_zero_where(b, b.le(ctx.output(), b.scalar(0, b.dtype(g))), g)]
+
+
+elementwise("relu", _relu, _grad_relu, result="promote_nonbool", saves_inputs=(),
+            saves_outputs=(0,), doc="max(x, 0)")
 
 
 def _gelu(x, *, approximate):
@@ -267,7 +319,7 @@ def _grad_gelu(b, ctx, g):
     return [b.mul(g, b.add(cdf, b.mul(x, pdf)))]
 
 
-elementwise("gelu", _gelu, _grad_gelu, result="float",
+elementwise("gelu", _gelu, _grad_gelu, result="float_only",
             attrs={"approximate": Attr("str", "none", ("none", "tanh"))},
             doc="x * Phi(x), exactly (erf) or with the tanh approximation")
 

@@ -20,12 +20,16 @@ def _check_index_dtype(op, t):
 
 
 def _indexed_shape(op, x, index_types, dims):
+    if x.ndim == 0:
+        raise IndexError_(f"{op}: too many indices for a tensor of dimension 0")
+    given = dims
+    dims = [normalize_dim(op, d, x.ndim) for d in dims]
     if len(dims) != len(index_types) or len(set(dims)) != len(dims):
         raise ShapeError(f"{op}: expected one distinct dim per index tensor, got dims "
-                         f"{list(dims)} for {len(index_types)} index tensor(s)")
+                         f"{list(given)} for {len(index_types)} index tensor(s) of a tensor of "
+                         f"shape {fmt_shape(x.shape)}")
     for t in index_types:
         _check_index_dtype(op, t)
-    dims = [normalize_dim(op, d, x.ndim) for d in dims]
     bshape = broadcast_shapes(op, [t.shape for t in index_types])
     rest = [s for i, s in enumerate(x.shape) if i not in dims]
     if sorted(dims) == list(range(min(dims), max(dims) + 1)):
@@ -136,9 +140,11 @@ def _scatter_key(idx, d):
 
 
 def _gather(x, idx, *, dim):
-    d = dim % max(x.ndim, 1)
+    if x.ndim == 0:  # a 0-d tensor gathers like a 1-element vector
+        return _gather(x.reshape(1), idx.reshape(1), dim=0).reshape(())
+    d = dim % x.ndim
     _bounds_checked("gather", x, [idx], [d])
-    return x[_scatter_key(idx, d)] if x.ndim else x[()]
+    return x[_scatter_key(idx, d)]
 
 
 def _grad_gather(b, ctx, g):
@@ -162,7 +168,9 @@ def _scatter_add_infer(types, *, dim):
 
 
 def _scatter_add(base, idx, src, *, dim):
-    d = dim % max(base.ndim, 1)
+    if base.ndim == 0:
+        return _scatter_add(base.reshape(1), idx.reshape(1), src.reshape(1), dim=0).reshape(())
+    d = dim % base.ndim
     _bounds_checked("scatter_add", base, [idx], [d])
     out = base.copy()
     np.add.at(out, _scatter_key(idx, d), src.astype(base.dtype, copy=False))

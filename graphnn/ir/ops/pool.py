@@ -31,6 +31,10 @@ def _pool_infer(types, *, kernel_size, stride, padding, dilation, ceil_mode):
                          f"{fmt_shape(x.shape)}")
     if not x.dtype.is_floating_point:
         raise DTypeError(f"max_pool2d: expected a floating point input, got {x.dtype.name}")
+    for name, v in (("kernel_size", kernel_size), ("stride", stride), ("padding", padding),
+                    ("dilation", dilation)):
+        if len(v) != 2:
+            raise ShapeError(f"max_pool2d: {name} must be 2 ints, got {list(v)}")
     out = list(x.shape[:2])
     for i in range(2):
         k, s, p, d = kernel_size[i], stride[i], padding[i], dilation[i]

@@ -85,8 +85,10 @@ _reduction("sum", _sum, lambda b, ctx, g: [_unreduce(b, ctx, g)], _sum_dtype, sa
 
 
 def _mean(x, axes, keepdim):
+    """sum / count (NumPy's mean warns on empty slices; 0 / 0 is simply nan here)."""
     acc = np.float32 if x.dtype == np.float16 else x.dtype
-    return np.mean(x, axis=axes, keepdims=keepdim, dtype=acc)
+    n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    return np.sum(x, axis=axes, keepdims=keepdim, dtype=acc) / np.array(n, dtype=acc)
 
 
 def _grad_mean(b, ctx, g):
@@ -114,7 +116,7 @@ _reduction("amin", lambda x, a, k: np.amin(x, axis=a, keepdims=k), _grad_extreme
 def _var(x, axes, keepdim, *, correction):
     acc = np.float32 if x.dtype == np.float16 else x.dtype
     n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
-    mean = np.mean(x, axis=axes, keepdims=True, dtype=acc)
+    mean = _mean(x, axes, True)
     sq = np.sum(np.square(x - mean), axis=axes, keepdims=keepdim, dtype=acc)
     return sq / max(n - correction, 0)
 
@@ -133,14 +135,17 @@ def _dof(b, ctx, dtype):
 
 
 def _grad_var(b, ctx, g):
+    """2 (x - mean) / (N - correction) times g (g may already have the keepdim shape)."""
     scaled = b.div(b.mul(_centered(b, ctx), b.scalar(2, b.dtype(g))), _dof(b, ctx, b.dtype(g)))
     return [b.mul(_unreduce(b, ctx, g), scaled)]
 
 
 def _grad_std(b, ctx, g):
+    """var's rule applied to g / (2 std), taken as 0 where std is 0 (as PyTorch does)."""
     std = b.reshape(ctx.output(), shape=_keepdim_shape(ctx))
-    scaled = b.div(_centered(b, ctx), b.mul(_dof(b, ctx, b.dtype(g)), std))
-    return [b.mul(_unreduce(b, ctx, g), scaled)]
+    zero = b.scalar(0, b.dtype(g))
+    g_var = b.div(_unreduce(b, ctx, g), b.mul(std, b.scalar(2, b.dtype(g))))
+    return _grad_var(b, ctx, b.where(b.eq(std, zero), zero, g_var))
 
 
 _CORRECTION = {"correction": Attr("int", 1)}
@@ -267,8 +272,7 @@ def _shifted(x, dim):
         return xf - xf, None
     d = dim % xf.ndim
     m = np.amax(xf, axis=d, keepdims=True) if xf.shape[d] else 0
-    m = np.where(np.isfinite(m), m, 0)
-    return xf - m, d
+    return xf - m, d  # an inf maximum gives nan along dim, as in PyTorch
 
 
 def _softmax(x, *, dim):

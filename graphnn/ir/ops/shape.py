@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from ..registry import Attr, OpDef, OpGroup, register
+from ..registry import Attr, OpDef, OpGroup, register, type_of_array
 from ..types import TensorType
 from .shape_rules import fmt_shape, normalize_dim, promoted
 
@@ -37,7 +37,8 @@ _shape_op("reshape", _reshape_infer, lambda x, *, shape: np.reshape(x, shape),
 
 def _permute_infer(types, *, dims):
     t = types[0]
-    if sorted(d % max(t.ndim, 1) for d in dims) != list(range(t.ndim)) or len(dims) != t.ndim:
+    if len(dims) != t.ndim or any(not -t.ndim <= d < t.ndim for d in dims) or \
+            sorted(d % t.ndim for d in dims) != list(range(t.ndim)):
         raise ShapeError(f"permute: dims {list(dims)} are not a permutation of the "
                          f"{t.ndim} dimensions of a tensor of shape {fmt_shape(t.shape)}")
     return TensorType(tuple(t.shape[d] for d in dims), t.dtype)
@@ -132,6 +133,10 @@ _shape_op("slice_scatter", _slice_scatter_infer, _slice_scatter, _grad_slice_sca
 
 def _cat_infer(types, *, dim):
     first = types[0]
+    for i, t in enumerate(types):
+        if t.ndim == 0:
+            raise ShapeError(f"cat: zero-dimensional tensor (at position {i}) cannot be "
+                             f"concatenated")
     d = normalize_dim("cat", dim, first.ndim)
     for i, t in enumerate(types):
         if t.ndim != first.ndim or any(a != c for j, (a, c) in enumerate(zip(t.shape, first.shape))
@@ -144,7 +149,7 @@ def _cat_infer(types, *, dim):
 
 
 def _cat(*xs, dim):
-    dtype = np.result_type(*xs)
+    dtype = promoted([type_of_array(x) for x in xs]).np
     return np.concatenate([x.astype(dtype, copy=False) for x in xs], axis=dim % xs[0].ndim)
 
 

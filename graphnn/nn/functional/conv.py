@@ -1,0 +1,2 @@
+"""(filled by the Modules issue)"""
+__all__ = []
