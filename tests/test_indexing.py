@@ -273,8 +273,6 @@ def test_index_put_and_index_select_match_torch():
         np.testing.assert_array_equal(ours, theirs)
 
 
-@pytest.mark.xfail(strict=True, reason="op bug: `index` saves its input tensor (saves_inputs=None) "
-                   "though its gradient rule reads only the index tensors")
 def test_augmented_assignment_through_advanced_indexing_keeps_gradients():
     grads = []
     for lib in (torch, graphnn):

@@ -58,9 +58,6 @@ BINARY = {
 # combinations where the registry's op definitions differ from PyTorch (reported as op bugs);
 # test_known_op_bugs_still_differ fails once one is fixed, so its entry must then be removed
 KNOWN_OP_BUGS = {
-    "sub of a bool and a number is accepted": lambda op, a, b: (
-        op == "sub" and "bool" in (a[1], b[1]) and a[1] != b[1]
-    ),
     "bool tensor ** True is refused": lambda op, a, b: (
         op == "pow" and a[1] == "bool" and b == ("scalar", "bool")
     ),

@@ -52,6 +52,17 @@ class _Saved:
         return self.alias
 
 
+class _Unpacked:
+    """Saved operands unpacked (and version-checked) only when a rule reads them."""
+
+    def __init__(self, saved):
+        self._saved = saved
+
+    def __getitem__(self, i):
+        saved = self._saved[i]
+        return None if saved is None else saved.unpack()
+
+
 class Node:
     """One recorded op: its registry definition, attributes, saved operands and input edges."""
 
@@ -60,7 +71,7 @@ class Node:
         self.attrs = attrs
         self.input_types = [TensorType(t.shape, t.dtype) for t in inputs]
         self.output_types = [TensorType(t.shape, t.dtype) for t in outputs]
-        saves_in = range(len(inputs)) if op.saves_inputs is None else op.saves_inputs
+        saves_in = op.saved_input_indices(len(inputs))
         self.saved_inputs = [_Saved(t, f"{op.name} input {i}") if i in saves_in else None
                              for i, t in enumerate(inputs)]
         self.saved_outputs = [None] * len(outputs)  # filled by save_outputs once outputs exist
@@ -80,8 +91,8 @@ class Node:
         """Run the op's gradient rule; returns one gradient (or None) per input. After
         ``free``, only rules that read no saved operand can run again (as in PyTorch)."""
         ctx = GradContext(self.op.name, self.attrs, self.input_types, self.output_types,
-                          [s.unpack() if s else None for s in self.saved_inputs],
-                          [s.unpack() if s else None for s in self.saved_outputs])
+                          _Unpacked(self.saved_inputs), _Unpacked(self.saved_outputs),
+                          needs_input_grad=tuple(e is not None for e in self.edges))
         g = grads[0] if len(grads) == 1 else tuple(grads)
         result = self.op.grad(builder, ctx, g)
         if len(result) != len(self.input_types):

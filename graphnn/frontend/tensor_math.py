@@ -32,13 +32,15 @@ def as_operand(value, like):
 
     A number takes the dtype PyTorch gives it next to ``like``. Next to a dimensioned float16
     tensor it stays float32, because float16 ops compute in float32 (PyTorch's opmath) and a
-    0-d operand of the same category does not change the result dtype.
+    0-d operand of the same category does not change the result dtype. A Python bool stays a
+    bool tensor (the lowest category, so it never changes the result dtype, and ops that refuse
+    bool operands, like ``sub``, see it).
     """
     from .tensor import Tensor
     if isinstance(value, Tensor):
         return value
     if is_number(value):
-        dtype = scalar_result_type(like.dtype, value)
+        dtype = bool_ if isinstance(value, (bool, np.bool_)) else scalar_result_type(like.dtype, value)
         if dtype is float16 and like.ndim:
             dtype = float32
         try:  # through NumPy's int64/float64 first: a narrower int wraps around, as in PyTorch

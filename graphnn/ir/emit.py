@@ -88,8 +88,12 @@ class Builder:
 class GradContext:
     """What a gradient rule may read: attributes, operand types and the operands it saved."""
 
-    def __init__(self, op_name, attrs, input_types, output_types, inputs, outputs):
+    def __init__(self, op_name, attrs, input_types, output_types, inputs, outputs,
+                 needs_input_grad=None):
         self.op_name = op_name
+        # which inputs need a gradient; a rule may return None for the others and skip reading
+        # operands only their gradients use
+        self.needs_input_grad = needs_input_grad or (True,) * len(input_types)
         self.attrs = attrs
         self.input_types = input_types
         self.output_types = output_types

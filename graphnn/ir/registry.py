@@ -114,7 +114,8 @@ class OpDef:
     raises a graphnn error for operands the op does not accept. ``impl(*arrays, **attrs)`` is the
     NumPy reference implementation. ``grad(b, ctx, g)`` returns one gradient (or None) per
     input; ``g`` is the output gradient (a tuple for multi-output ops). ``saves_inputs`` /
-    ``saves_outputs`` list the operands the rule reads (None: every input).
+    ``saves_outputs`` list the operands the rule reads (None: every input; a ``slice`` selects
+    a run of a variadic op's inputs, e.g. ``slice(1, None)`` for "every input but the first").
     """
 
     name: str
@@ -125,13 +126,21 @@ class OpDef:
     attrs: dict = field(default_factory=dict)
     arity: tuple = (1, 1)  # (min, max) number of inputs; max None means variadic
     num_outputs: int = 1
-    saves_inputs: tuple | None = None
+    saves_inputs: tuple | slice | None = None
     saves_outputs: tuple = ()
     doc: str = ""
 
     @property
     def differentiable(self) -> bool:
         return not isinstance(self.grad, NotDifferentiable)
+
+    def saved_input_indices(self, n_inputs: int) -> frozenset:
+        """Positions of the inputs the gradient rule reads, for a call with ``n_inputs``."""
+        if self.saves_inputs is None:
+            return frozenset(range(n_inputs))
+        if isinstance(self.saves_inputs, slice):
+            return frozenset(range(n_inputs)[self.saves_inputs])
+        return frozenset(self.saves_inputs)
 
     def normalize_attrs(self, attrs: dict) -> dict:
         """Attributes with defaults filled in and every value checked against the schema."""

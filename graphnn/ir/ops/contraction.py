@@ -44,18 +44,24 @@ def _swap_last(b, v):
     return b.permute(v, dims=tuple(range(nd - 2)) + (nd - 1, nd - 2))
 
 
+def _as_matrix(b, v, shape):
+    return v if tuple(b.shape(v)) == tuple(shape) else b.reshape(v, shape=shape)
+
+
 def _grad_matmul(b, ctx, g):
     a_t, b_t = ctx.input_types
-    x, y = ctx.input(0), ctx.input(1)
-    x2 = x if a_t.ndim > 1 else b.reshape(x, shape=(1,) + a_t.shape)
-    y2 = y if b_t.ndim > 1 else b.reshape(y, shape=b_t.shape + (1,))
-    g2 = b.reshape(g, shape=matmul_shape(b.shape(x2), b.shape(y2)))
-    gx = b.matmul(g2, _swap_last(b, y2))
-    gy = b.matmul(_swap_last(b, x2), g2)
-    if a_t.ndim == 1:
-        gx = b.reshape(gx, shape=b.shape(gx)[:-2] + b.shape(gx)[-1:])
-    if b_t.ndim == 1:
-        gy = b.reshape(gy, shape=b.shape(gy)[:-1])
+    a2 = a_t.shape if a_t.ndim > 1 else (1,) + a_t.shape
+    b2 = b_t.shape if b_t.ndim > 1 else b_t.shape + (1,)
+    g2 = _as_matrix(b, g, matmul_shape(a2, b2))
+    gx = gy = None
+    if ctx.needs_input_grad[0]:
+        gx = b.matmul(g2, _swap_last(b, _as_matrix(b, ctx.input(1), b2)))
+        if a_t.ndim == 1:
+            gx = b.reshape(gx, shape=b.shape(gx)[:-2] + b.shape(gx)[-1:])
+    if ctx.needs_input_grad[1]:
+        gy = b.matmul(_swap_last(b, _as_matrix(b, ctx.input(0), a2)), g2)
+        if b_t.ndim == 1:
+            gy = b.reshape(gy, shape=b.shape(gy)[:-1])
     return [gx, gy]
 
 

@@ -79,12 +79,24 @@ def _keep_where(b, cond, g):
 # ---- arithmetic ----------------------------------------------------------------------------
 
 elementwise("add", np.add, lambda b, ctx, g: [g, g], arity=2, saves_inputs=(), doc="x + y")
-elementwise("sub", np.subtract, lambda b, ctx, g: [g, b.neg(g)], arity=2,
-            result="promote_nonbool", saves_inputs=(), doc="x - y")
+
+
+def _sub_dtype(name, types, attrs):
+    """PyTorch refuses subtraction when either operand is bool, whatever the result type."""
+    if any(t.dtype is bool_ for t in types):
+        raise DTypeError(f"{name}: subtraction with a bool tensor is not supported; use "
+                         f"logical_xor() or ~ instead (got {', '.join(t.dtype.name for t in types)})")
+    return promoted(types)
+
+
+elementwise("sub", np.subtract, lambda b, ctx, g: [g, b.neg(g)], arity=2, result=_sub_dtype,
+            saves_inputs=(), doc="x - y")
 
 
 def _grad_mul(b, ctx, g):
-    return [b.mul(g, ctx.input(1)), b.mul(g, ctx.input(0))]
+    need_x, need_y = ctx.needs_input_grad
+    return [b.mul(g, ctx.input(1)) if need_x else None,
+            b.mul(g, ctx.input(0)) if need_y else None]
 
 
 elementwise("mul", np.multiply, _grad_mul, arity=2, doc="x * y")

@@ -76,6 +76,7 @@ def _grad_index(b, ctx, g):
 
 register(OpDef(name="index", group=OpGroup.INDEXING, infer=_index_infer, impl=_index,
                grad=_grad_index, attrs={"dims": Attr("ints")}, arity=(2, None),
+               saves_inputs=slice(1, None),
                doc="advanced indexing with integer index tensors at dims"))
 
 
@@ -113,6 +114,7 @@ def _grad_index_put(b, ctx, g):
 register(OpDef(name="index_put", group=OpGroup.INDEXING, infer=_index_put_infer,
                impl=_index_put, grad=_grad_index_put,
                attrs={"dims": Attr("ints"), "accumulate": Attr("bool", False)}, arity=(3, None),
+               saves_inputs=slice(2, None),
                doc="base with values written (or added, accumulate=True) at the indexed positions"))
 
 

@@ -1,2 +1,50 @@
-"""(filled by the Modules issue)"""
-__all__ = []
+"""Layer and RMS normalisation over the trailing ``normalized_shape`` dims, as PyTorch's.
+
+Both are written in plain registry ops (mean/var, rsqrt, mul, add), so autograd differentiates
+them and a tracer records them; neither keeps running statistics.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.errors import ShapeError
+from ...ir.ops.shape_rules import fmt_shape
+
+__all__ = ["layer_norm", "rms_norm"]
+
+
+def _normalized_dims(op: str, input, normalized_shape) -> tuple:
+    """The trailing dims ``normalized_shape`` covers; ShapeError when the input's tail differs."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    tail = tuple(input.shape[input.ndim - len(shape):]) if len(shape) <= input.ndim else None
+    if not shape or tail != shape:
+        raise ShapeError(f"{op}: given normalized_shape={list(shape)}, expected input with shape "
+                         f"[*, {', '.join(str(s) for s in shape)}], but got input of size "
+                         f"{fmt_shape(input.shape)}")
+    return tuple(range(input.ndim - len(shape), input.ndim))
+
+
+def _affine(x, weight, bias):
+    if weight is not None:
+        x = x * weight
+    if bias is not None:
+        x = x + bias
+    return x
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` with the biased variance over the
+    trailing ``normalized_shape`` dims."""
+    dims = _normalized_dims("layer_norm", input, normalized_shape)
+    centered = input - input.mean(dims, keepdim=True)
+    var = (centered * centered).mean(dims, keepdim=True)
+    return _affine(centered * (var + eps).rsqrt(), weight, bias)
+
+
+def rms_norm(input, normalized_shape, weight=None, eps: float | None = None):
+    """``x / sqrt(mean(x^2) + eps) * weight`` over the trailing dims; ``eps=None`` uses the
+    machine epsilon of the input's dtype, as PyTorch."""
+    dims = _normalized_dims("rms_norm", input, normalized_shape)
+    if eps is None:
+        eps = float(np.finfo(input.dtype.np).eps)
+    return _affine(input * ((input * input).mean(dims, keepdim=True) + eps).rsqrt(), weight, None)
