@@ -1,0 +1,187 @@
+"""The IR: a Graph of typed SSA values and the Nodes that produce them.
+
+A Graph has named inputs, parameters and buffers (named by their state_dict keys), constants,
+nodes in topological order and an output structure (a value, or nested tuples/dicts of values).
+Every Node records its op (a registry name), its attributes, its result values and its
+provenance: the Module path that produced it and the user's source line.
+
+Two graphs are equal when their text forms are equal: the text form (``str(graph)``) is
+canonical and loses nothing (constants print exactly), so it doubles as the structural key.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import GraphnnError
+from .types import TensorType
+
+VALUE_KINDS = ("input", "param", "buffer", "const", "node")
+
+
+@dataclass(eq=False)
+class Value:
+    """One SSA value. ``producer``/``index`` are set for node results, ``data`` for constants."""
+
+    name: str
+    type: TensorType
+    kind: str
+    producer: "Node | None" = None
+    index: int = 0
+    data: np.ndarray | None = None
+
+    def __repr__(self):
+        return f"%{self.name}: {self.type}"
+
+
+@dataclass(eq=False)
+class Node:
+    """One application of a registry op to values, with its attributes and provenance."""
+
+    op: str
+    inputs: list
+    attrs: dict
+    outputs: list = field(default_factory=list)
+    scope: str | None = None  # Module path ('' for the root module), None outside modules
+    source: str | None = None  # "file.py:12"
+
+    def __repr__(self):
+        from .printer import format_node
+        return format_node(self)
+
+
+class Graph:
+    """A function from named inputs (and parameters/buffers) to an output structure."""
+
+    def __init__(self, name: str = "graph"):
+        self.name = name
+        self.inputs: list[Value] = []
+        self.params: list[Value] = []  # parameters and buffers, in state_dict order
+        self.consts: list[Value] = []
+        self.nodes: list[Node] = []
+        self.outputs = None  # a Value, or nested tuples/dicts of Values
+        self._names: set[str] = set()
+        self._counter = 0
+
+    # ---- building -------------------------------------------------------------------------------
+
+    def _claim(self, name: str) -> str:
+        if name in self._names:
+            raise GraphnnError(f"graph {self.name}: value name %{name} is already defined")
+        self._names.add(name)
+        return name
+
+    def fresh_name(self) -> str:
+        while str(self._counter) in self._names:
+            self._counter += 1
+        return str(self._counter)
+
+    def add_input(self, name: str, type: TensorType) -> Value:
+        value = Value(self._claim(name), type, "input")
+        self.inputs.append(value)
+        return value
+
+    def add_param(self, name: str, type: TensorType, kind: str = "param") -> Value:
+        value = Value(self._claim(name), type, kind)
+        self.params.append(value)
+        return value
+
+    def add_const(self, array: np.ndarray, name: str | None = None) -> Value:
+        from .dtypes import from_numpy_dtype
+        array = np.array(array, order="C")  # a private copy; keeps 0-d arrays 0-d
+        if name is None:
+            n = len(self.consts)
+            while f"k{n}" in self._names:
+                n += 1
+            name = f"k{n}"
+        value = Value(self._claim(name),
+                      TensorType(tuple(array.shape), from_numpy_dtype(array.dtype)), "const",
+                      data=array)
+        self.consts.append(value)
+        return value
+
+    def add_node(self, op: str, inputs, attrs: dict, output_types, *, scope=None, source=None,
+                 names=None) -> Node:
+        """Append a node producing one value per entry of ``output_types``."""
+        node = Node(op, list(inputs), dict(attrs), scope=scope, source=source)
+        for i, t in enumerate(output_types):
+            name = self._claim(names[i] if names else self.fresh_name())
+            node.outputs.append(Value(name, t, "node", producer=node, index=i))
+        self.nodes.append(node)
+        return node
+
+    def call(self, op: str, *inputs, scope=None, source=None, **attrs):
+        """Append ``op`` with attributes normalised and result types from its shape rule.
+
+        Returns the single result value, or a tuple for multi-output ops.
+        """
+        from .registry import get_op
+        opdef = get_op(op)
+        attrs = opdef.normalize_attrs(attrs)
+        types = opdef.infer_types([v.type for v in inputs], attrs)
+        node = self.add_node(op, inputs, attrs, types, scope=scope, source=source)
+        return node.outputs[0] if len(node.outputs) == 1 else tuple(node.outputs)
+
+    # ---- reading -----------------------------------------------------------------------------
+
+    def output_values(self) -> list[Value]:
+        """The output structure's values, flattened in order."""
+        return flatten_structure(self.outputs)
+
+    def values(self) -> list[Value]:
+        """Every value: inputs, parameters, constants, then node results in order."""
+        return self.inputs + self.params + self.consts + [v for n in self.nodes for v in n.outputs]
+
+    def users(self) -> dict:
+        """Map from value name to the nodes that read it."""
+        table = {v.name: [] for v in self.values()}
+        for node in self.nodes:
+            for v in node.inputs:
+                table.setdefault(v.name, []).append(node)
+        return table
+
+    def __str__(self):
+        from .printer import format_graph
+        return format_graph(self)
+
+    def __repr__(self):
+        return f"<Graph {self.name}: {len(self.inputs)} inputs, {len(self.params)} params, " \
+               f"{len(self.nodes)} nodes>"
+
+    def __eq__(self, other):
+        return isinstance(other, Graph) and str(self) == str(other)
+
+    __hash__ = None
+
+    def to_networkx(self):
+        from .export import to_networkx
+        return to_networkx(self)
+
+    def to_dot(self) -> str:
+        from .export import to_dot
+        return to_dot(self)
+
+    def to_json(self) -> str:
+        from .export import to_json
+        return to_json(self)
+
+
+def flatten_structure(structure) -> list:
+    """Values of a nested tuple/list/dict structure, depth first, dicts in key order."""
+    if structure is None:
+        return []
+    if isinstance(structure, dict):
+        return [v for item in structure.values() for v in flatten_structure(item)]
+    if isinstance(structure, (tuple, list)):
+        return [v for item in structure for v in flatten_structure(item)]
+    return [structure]
+
+
+def map_structure(fn, structure):
+    """The same nesting with every leaf replaced by ``fn(leaf)``."""
+    if isinstance(structure, dict):
+        return {k: map_structure(fn, v) for k, v in structure.items()}
+    if isinstance(structure, (tuple, list)):
+        return tuple(map_structure(fn, v) for v in structure)
+    return fn(structure)

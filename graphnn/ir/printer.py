@@ -1,0 +1,109 @@
+"""The IR's text form: readable, canonical and exact, so ``parse(str(g)) == g``.
+
+    graph Net(%x: f32[2,3]) {
+      param %fc.weight: f32[4,3]
+      const %k0: i64[2] = [0, 1]
+      %0: f32[2,4] = matmul(%x, %1)  @fc at "model.py:12"
+      %1: f32[4], %2: i64[4] = max(%0) {dim=1, keepdim=false}  @<root>
+      return (%0, {"a": %1})
+    }
+
+Attributes print as ``true``/``false``/``none``, ints, floats (always with a ``.``, an exponent,
+``inf`` or ``nan``), JSON strings, ``[...]`` tuples and dtype short names. Constants print every
+element (flat, row-major); floats print as the shortest decimal that reads back exactly.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from .dtypes import DType
+
+ROOT_SCOPE = "<root>"
+
+
+def format_float(v: float) -> str:
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    text = repr(float(v))
+    return text if any(c in text for c in ".e") else text + ".0"
+
+
+def format_scalar(v) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, (bool, np.bool_)):
+        return "true" if v else "false"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        return format_float(float(v))
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, DType):
+        return v.short
+    if isinstance(v, (tuple, list)):
+        return "[" + ", ".join(format_scalar(x) for x in v) + "]"
+    raise TypeError(f"cannot print attribute value {v!r} of type {type(v).__name__}")
+
+
+def format_attrs(attrs: dict) -> str:
+    if not attrs:
+        return ""
+    return " {" + ", ".join(f"{k}={format_scalar(v)}" for k, v in attrs.items()) + "}"
+
+
+def _format_element(x) -> str:
+    """One constant element; floats as the shortest decimal that reads back in their dtype."""
+    if isinstance(x, np.floating):
+        text = str(x)
+        return text if any(c in text for c in ".ein") else text + ".0"
+    return format_scalar(x.item())
+
+
+def format_const(data: np.ndarray) -> str:
+    if data.ndim == 0:
+        return _format_element(data[()])
+    return "[" + ", ".join(_format_element(x) for x in data.reshape(-1)) + "]"
+
+
+def format_provenance(node) -> str:
+    text = ""
+    if node.scope is not None:
+        text += f"  @{node.scope if node.scope else ROOT_SCOPE}"
+    if node.source is not None:
+        text += f"{'' if text else ' '} at {json.dumps(node.source)}"
+    return text
+
+
+def format_node(node) -> str:
+    outs = ", ".join(f"%{v.name}: {v.type}" for v in node.outputs)
+    args = ", ".join(f"%{v.name}" for v in node.inputs)
+    return f"{outs} = {node.op}({args}){format_attrs(node.attrs)}{format_provenance(node)}"
+
+
+def format_structure(structure) -> str:
+    if isinstance(structure, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))}: {format_structure(v)}"
+                               for k, v in structure.items()) + "}"
+    if isinstance(structure, (tuple, list)):
+        inner = ", ".join(format_structure(v) for v in structure)
+        return f"({inner},)" if len(structure) == 1 else f"({inner})"
+    if structure is None:
+        return "none"
+    return f"%{structure.name}"
+
+
+def format_graph(graph) -> str:
+    args = ", ".join(f"%{v.name}: {v.type}" for v in graph.inputs)
+    lines = [f"graph {graph.name}({args}) {{"]
+    lines += [f"  {v.kind} %{v.name}: {v.type}" for v in graph.params]
+    lines += [f"  const %{v.name}: {v.type} = {format_const(v.data)}" for v in graph.consts]
+    lines += [f"  {format_node(n)}" for n in graph.nodes]
+    lines.append(f"  return {format_structure(graph.outputs)}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"

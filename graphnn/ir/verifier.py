@@ -1,0 +1,74 @@
+"""``verify(graph)``: the invariants every pass must keep.
+
+Checks unique value names, definition before use (which also rules out cycles), that each
+node's op exists, its attributes are valid for the op's schema, its input count fits the op,
+its result types equal what the op's shape rule gives, that constants match their types and that
+the outputs are defined values. The first violation raises ``VerifyError`` naming the node.
+"""
+from __future__ import annotations
+
+from .errors import GraphnnError
+from .graph import Graph, flatten_structure
+from .printer import format_node
+from .registry import get_op
+from .types import TensorType
+
+
+class VerifyError(GraphnnError, ValueError):
+    """A graph that breaks an IR invariant; the message names the offending node or value."""
+
+
+def _fail(node, message):
+    raise VerifyError(f"graph invalid at node `{format_node(node)}`: {message}")
+
+
+def verify(graph: Graph) -> Graph:
+    """Raise VerifyError for the first broken invariant; return the graph when it is valid."""
+    defined = {}
+    for value in graph.inputs + graph.params + graph.consts:
+        if value.name in defined:
+            raise VerifyError(f"graph {graph.name}: value %{value.name} is defined twice")
+        defined[value.name] = value
+        if value.kind == "const":
+            if value.data is None or tuple(value.data.shape) != value.type.shape or \
+                    value.data.dtype != value.type.dtype.np:
+                raise VerifyError(f"graph {graph.name}: constant %{value.name} data does not "
+                                  f"match its type {value.type}")
+    for node in graph.nodes:
+        _verify_node(node, defined)
+        for out in node.outputs:
+            if out.name in defined:
+                _fail(node, f"value %{out.name} is defined twice")
+            if out.producer is not node:
+                _fail(node, f"result %{out.name} does not point back to its node")
+            defined[out.name] = out
+    for value in flatten_structure(graph.outputs):
+        if defined.get(getattr(value, "name", None)) is not value:
+            raise VerifyError(f"graph {graph.name}: output {value!r} is not a value defined "
+                              f"in the graph")
+    return graph
+
+
+def _verify_node(node, defined):
+    try:
+        op = get_op(node.op)
+    except GraphnnError:
+        _fail(node, f"unknown op {node.op!r}")
+    for i, v in enumerate(node.inputs):
+        if defined.get(v.name) is not v:
+            _fail(node, f"input {i} (%{v.name}) is used before it is defined (or is not a "
+                        f"value of this graph)")
+    try:
+        attrs = op.normalize_attrs(node.attrs)
+    except GraphnnError as e:
+        _fail(node, f"invalid attributes: {e}")
+    if attrs != node.attrs:
+        _fail(node, f"attributes {node.attrs} are not in normal form (expected {attrs})")
+    try:
+        expected = op.infer_types([v.type for v in node.inputs], attrs)
+    except GraphnnError as e:
+        _fail(node, f"the op's shape rule rejects its inputs: {e}")
+    actual = tuple(TensorType(v.type.shape, v.type.dtype) for v in node.outputs)
+    if actual != tuple(expected):
+        _fail(node, f"result types {', '.join(map(str, actual))} differ from the shape rule's "
+                    f"{', '.join(map(str, expected))}")
