@@ -35,6 +35,16 @@ class DType:
     def __repr__(self) -> str:
         return f"graphnn.{self.name}"
 
+    # dtypes are singletons (code compares them with ``is``): copies and pickles keep identity
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        return (dtype_from_name, (self.name,))
+
 
 bool_ = DType("bool", "b8", "bool", 0)
 uint8 = DType("uint8", "u8", "uint8", 1)

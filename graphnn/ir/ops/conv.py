@@ -93,12 +93,14 @@ def _conv2d(x, w, bias=None, *, stride, padding, dilation, groups):
 
 
 def _grad_conv2d(b, ctx, g):
-    x, w = ctx.input(0), ctx.input(1)
+    need = ctx.needs_input_grad
     geo = ctx.attrs
-    grads = [b.conv2d_input_grad(g, w, input_shape=ctx.input_types[0].shape, **geo),
-             b.conv2d_weight_grad(x, g, weight_shape=ctx.input_types[1].shape, **geo)]
+    grads = [b.conv2d_input_grad(g, ctx.input(1), input_shape=ctx.input_types[0].shape, **geo)
+             if need[0] else None,
+             b.conv2d_weight_grad(ctx.input(0), g, weight_shape=ctx.input_types[1].shape, **geo)
+             if need[1] else None]
     if len(ctx.input_types) == 3:
-        grads.append(b.sum(g, dims=(0, 2, 3), keepdim=False))
+        grads.append(b.sum(g, dims=(0, 2, 3), keepdim=False) if need[2] else None)
     return grads
 
 
@@ -134,10 +136,11 @@ def _conv2d_input_grad(g, w, *, input_shape, stride, padding, dilation, groups):
 
 
 def _grad_input_grad(b, ctx, gx):
-    g, w = ctx.input(0), ctx.input(1)
+    need = ctx.needs_input_grad
     geo = {k: v for k, v in ctx.attrs.items() if k != "input_shape"}
-    return [b.conv2d(gx, w, **geo),
-            b.conv2d_weight_grad(gx, g, weight_shape=ctx.input_types[1].shape, **geo)]
+    return [b.conv2d(gx, ctx.input(1), **geo) if need[0] else None,
+            b.conv2d_weight_grad(gx, ctx.input(0), weight_shape=ctx.input_types[1].shape, **geo)
+            if need[1] else None]
 
 
 register(OpDef(name="conv2d_input_grad", group=OpGroup.CONVOLUTION, infer=_input_grad_infer,
@@ -167,10 +170,11 @@ def _conv2d_weight_grad(x, g, *, weight_shape, stride, padding, dilation, groups
 
 
 def _grad_weight_grad(b, ctx, gw):
-    x, g = ctx.input(0), ctx.input(1)
+    need = ctx.needs_input_grad
     geo = {k: v for k, v in ctx.attrs.items() if k != "weight_shape"}
-    return [b.conv2d_input_grad(g, gw, input_shape=ctx.input_types[0].shape, **geo),
-            b.conv2d(x, gw, **geo)]
+    return [b.conv2d_input_grad(ctx.input(1), gw, input_shape=ctx.input_types[0].shape, **geo)
+            if need[0] else None,
+            b.conv2d(ctx.input(0), gw, **geo) if need[1] else None]
 
 
 register(OpDef(name="conv2d_weight_grad", group=OpGroup.CONVOLUTION, infer=_weight_grad_infer,

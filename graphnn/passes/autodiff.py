@@ -1,0 +1,93 @@
+"""Autodiff as a graph transform: append the backward computation to a graph.
+
+``autodiff(graph, wrt)`` assumes a verified graph whose first output is the value to
+differentiate. It returns a new graph (the input is not modified) with the same inputs plus
+one ``grad_output`` input when that value is not a scalar, computing
+``(original outputs, {name: gradient})`` for every input or parameter named in ``wrt``.
+Gradients come only from the registry's gradient rules (the same ones eager autograd runs),
+applied through a Builder that appends IR nodes; one driver sums gradients of reused values and
+undoes broadcasting (``Builder.fit``). Backward nodes carry the provenance of the forward node
+they differentiate, so fusion and reports can name the Module.
+"""
+from __future__ import annotations
+
+import copy
+
+import networkx as nx
+
+from ..ir.emit import Builder, GradContext
+from ..ir.errors import GraphnnError
+from ..ir.graph import Graph
+from ..ir.graph_emitter import GraphEmitter
+from ..ir.registry import get_op
+
+
+class AutodiffError(GraphnnError, ValueError):
+    """A request autodiff cannot satisfy (unknown name, non-float target, no path)."""
+
+
+def _needs_grad(graph: Graph, wrt_names: set) -> set:
+    """Names of values that depend on any value in ``wrt_names`` (through float values)."""
+    g = graph.to_networkx()
+    needed = set(wrt_names)
+    for name in wrt_names:
+        needed |= nx.descendants(g, name)
+    return needed
+
+
+def autodiff(graph: Graph, wrt) -> Graph:
+    joint = copy.deepcopy(graph)
+    joint.name = f"{graph.name}_grad"
+    by_name = {v.name: v for v in joint.inputs + joint.params}
+    unknown = [n for n in wrt if n not in by_name]
+    if unknown:
+        raise AutodiffError(f"autodiff: {unknown} are not inputs or parameters of graph "
+                            f"{graph.name} (have {sorted(by_name)})")
+    outputs = joint.output_values()
+    if not outputs:
+        raise AutodiffError(f"autodiff: graph {graph.name} has no output to differentiate")
+    target = outputs[0]
+    if not target.type.dtype.is_floating_point:
+        raise AutodiffError(f"autodiff: output %{target.name} is {target.type}, not floating")
+    forward_outputs = joint.outputs
+    builder = Builder(GraphEmitter(joint))
+    if target.type.ndim == 0:
+        seed = builder.full(shape=(), value=1.0, dtype=target.type.dtype)
+    else:
+        seed = joint.add_input("grad_output", target.type)
+    needed = _needs_grad(joint, set(wrt))
+    grads = {target.name: seed}
+    for node in reversed(list(joint.nodes)):
+        out_grads = [grads.get(v.name) for v in node.outputs]
+        op = get_op(node.op)
+        if all(g is None for g in out_grads) or not op.differentiable:
+            continue
+        needs = tuple(v.name in needed and v.type.dtype.is_floating_point for v in node.inputs)
+        if not any(needs):
+            continue
+        builder.emitter.scope = node.scope
+        out_grads = [g if g is not None else builder.zeros(v.type.shape, v.type.dtype)
+                     for g, v in zip(out_grads, node.outputs)]
+        ctx = GradContext(node.op, node.attrs, [v.type for v in node.inputs],
+                          [v.type for v in node.outputs], node.inputs, node.outputs,
+                          needs_input_grad=needs)
+        g = out_grads[0] if len(out_grads) == 1 else tuple(out_grads)
+        in_grads = op.grad(builder, ctx, g)
+        if len(in_grads) != len(node.inputs):
+            raise AutodiffError(f"{node.op}: gradient rule returned {len(in_grads)} gradients "
+                                f"for {len(node.inputs)} inputs")
+        for v, gv, need in zip(node.inputs, in_grads, needs):
+            if gv is None or not need:
+                continue
+            gv = builder.fit(gv, v.type.shape)
+            if builder.dtype(gv) != v.type.dtype:
+                gv = builder.cast(gv, dtype=v.type.dtype)
+            grads[v.name] = gv if v.name not in grads else builder.add(grads[v.name], gv)
+    builder.emitter.scope = None
+    result = {}
+    for name in wrt:
+        v = by_name[name]
+        grad = grads.get(name)
+        result[name] = grad if grad is not None else builder.zeros(v.type.shape, v.type.dtype)
+    joint.outputs = (forward_outputs, result)
+    return joint
