@@ -1,0 +1,109 @@
+"""The pass pipeline: one flat, ordered, named list of ``Graph -> Graph`` passes.
+
+``run_pipeline`` runs a selection of it, verifying the graph after every pass (when asked),
+recording each pass's time and how many lines of the graph's text it changed, and, with a dump
+directory (argument or ``GRAPHNN_DUMP_DIR``), writing one numbered file per stage plus a unified
+diff against the previous stage. A failing pass is reported with its name and the passes that
+ran before it.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import pathlib
+import time
+from dataclasses import dataclass, field
+
+from ..ir.errors import GraphnnError
+from ..ir.graph import Graph
+from ..ir.verifier import verify
+from .cse import eliminate_common_subexpressions
+from .dce import eliminate_dead_code
+from .fold_constants import fold_constants
+from .simplify import simplify
+
+PIPELINE = [
+    ("fold_constants", fold_constants),
+    ("simplify", simplify),
+    ("cse", eliminate_common_subexpressions),
+    ("dce", eliminate_dead_code),
+]
+
+
+class PassError(GraphnnError, RuntimeError):
+    """A pass raised or produced an invalid graph."""
+
+
+@dataclass
+class PassRecord:
+    name: str
+    seconds: float
+    nodes_before: int
+    nodes_after: int
+    changed_lines: int
+    text: str
+    diff: str
+
+
+@dataclass
+class PipelineResult:
+    graph: Graph
+    records: list = field(default_factory=list)
+
+    def report(self) -> str:
+        """One line per pass: time, node counts and changed lines."""
+        lines = [f"{'pass':20s} {'ms':>8s} {'nodes':>13s} {'changed':>8s}"]
+        for r in self.records:
+            lines.append(f"{r.name:20s} {r.seconds * 1e3:8.2f} "
+                         f"{r.nodes_before:>5d} -> {r.nodes_after:<5d} {r.changed_lines:8d}")
+        return "\n".join(lines)
+
+
+def select_passes(passes=None, disable=None) -> list:
+    """The pipeline entries named in ``passes`` (all by default, in pipeline order) minus
+    ``disable``; unknown names are an error listing the known ones."""
+    known = [name for name, _ in PIPELINE]
+    for name in list(passes or []) + list(disable or []):
+        if name not in known:
+            raise PassError(f"unknown pass {name!r}; the pipeline has {', '.join(known)}")
+    chosen = known if passes is None else [n for n in known if n in passes]
+    return [(n, fn) for n, fn in PIPELINE if n in chosen and n not in (disable or [])]
+
+
+def _diff(before: str, after: str, name: str) -> str:
+    return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
+                                        fromfile="before", tofile=f"after {name}"))
+
+
+def run_pipeline(graph: Graph, passes=None, disable=None, *, check: bool = True,
+                 dump_dir=None) -> PipelineResult:
+    """Run the selected passes in pipeline order on ``graph`` (which is not modified)."""
+    dump_dir = dump_dir or os.environ.get("GRAPHNN_DUMP_DIR")
+    result = PipelineResult(graph)
+    text = str(graph)
+    if dump_dir:
+        pathlib.Path(dump_dir).mkdir(parents=True, exist_ok=True)
+        (pathlib.Path(dump_dir) / "00_input.txt").write_text(text)
+    done = []
+    for i, (name, fn) in enumerate(select_passes(passes, disable), start=1):
+        start = time.perf_counter()
+        try:
+            new = fn(result.graph)
+            if check:
+                verify(new)
+        except Exception as e:
+            after = f" (after {', '.join(done)})" if done else " (the first pass)"
+            raise PassError(f"pass {name!r} failed{after}: {e}") from e
+        seconds = time.perf_counter() - start
+        new_text = str(new)
+        diff = _diff(text, new_text, name)
+        changed = sum(1 for line in diff.splitlines()
+                      if line[:1] in "+-" and not line.startswith(("+++", "---")))
+        result.records.append(PassRecord(name, seconds, len(result.graph.nodes), len(new.nodes),
+                                         changed, new_text, diff))
+        if dump_dir:
+            (pathlib.Path(dump_dir) / f"{i:02d}_{name}.txt").write_text(new_text)
+            (pathlib.Path(dump_dir) / f"{i:02d}_{name}.diff").write_text(diff)
+        result.graph, text = new, new_text
+        done.append(name)
+    return result

@@ -1,0 +1,159 @@
+"""Canonicalization passes: IR text in -> IR text out, numerics preserved, verifier after each
+pass, and the pipeline's selection, reporting and dump files."""
+import numpy as np
+import pytest
+
+import ir_samples
+from graphnn.ir import interpret, parse, verify
+from graphnn.passes.cse import eliminate_common_subexpressions
+from graphnn.passes.dce import eliminate_dead_code
+from graphnn.passes.fold_constants import fold_constants
+from graphnn.passes.pipeline import PassError, run_pipeline, select_passes
+from graphnn.passes.simplify import simplify
+
+
+def _check(pass_fn, before: str, after: str):
+    g = verify(parse(before))
+    out = verify(pass_fn(g))
+    assert str(out) == str(parse(after)), f"got:\n{out}"
+    assert str(g) == str(parse(before)), "the pass modified its input graph"
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(v.type.shape).astype(v.type.dtype.np) for v in g.inputs]
+    params = {v.name: rng.standard_normal(v.type.shape).astype(v.type.dtype.np) for v in g.params}
+    before_out = interpret(g, *inputs, params=params)
+    after_out = interpret(out, *inputs, params=params)
+    for a, b in zip(before_out if isinstance(before_out, tuple) else (before_out,),
+                    after_out if isinstance(after_out, tuple) else (after_out,)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_dce_drops_unused_nodes_and_constants_but_keeps_the_signature():
+    _check(eliminate_dead_code, """
+graph g(%x: f32[2], %unused: f32[3]) {
+  param %w: f32[2]
+  const %k0: f32[] = 2.0
+  %0: f32[2] = exp(%x)  @a
+  %1: f32[2] = mul(%x, %k0)  @b
+  %2: f32[2] = add(%0, %w)  @c
+  return %2
+}""", """
+graph g(%x: f32[2], %unused: f32[3]) {
+  param %w: f32[2]
+  %0: f32[2] = exp(%x)  @a
+  %1: f32[2] = add(%0, %w)  @c
+  return %1
+}""")
+
+
+def test_cse_merges_identical_nodes_and_constants():
+    _check(eliminate_common_subexpressions, """
+graph g(%x: f32[2,3]) {
+  const %k0: f32[] = 0.5
+  const %k1: f32[] = 0.5
+  %0: f32[2] = sum(%x) {dims=[1], keepdim=false}
+  %1: f32[2] = sum(%x) {dims=[1], keepdim=false}
+  %2: f32[2] = sum(%x) {dims=[1], keepdim=true}
+  %3: f32[2] = mul(%0, %k0)
+  %4: f32[2] = mul(%1, %k1)
+  %5: f32[2] = add(%3, %4)
+  return (%5, %2)
+}""".replace("%2: f32[2] = sum(%x) {dims=[1], keepdim=true}",
+             "%2: f32[2,1] = sum(%x) {dims=[1], keepdim=true}"), """
+graph g(%x: f32[2,3]) {
+  const %k0: f32[] = 0.5
+  %0: f32[2] = sum(%x) {dims=[1], keepdim=false}
+  %1: f32[2,1] = sum(%x) {dims=[1], keepdim=true}
+  %2: f32[2] = mul(%0, %k0)
+  %3: f32[2] = add(%2, %2)
+  return (%3, %1)
+}""")
+
+
+def test_fold_constants_evaluates_constant_subgraphs_but_not_random_ops():
+    _check(fold_constants, """
+graph g(%x: f32[3]) {
+  const %k0: f32[3] = [1.0, 2.0, 3.0]
+  %0: f32[] = full() {shape=[], dtype=f32, value=2.0}
+  %1: f32[3] = mul(%k0, %0)
+  %2: f32[3] = rand() {shape=[3], dtype=f32, seed=7}
+  %3: f32[3] = add(%x, %1)
+  %4: f32[3] = add(%3, %2)
+  return %4
+}""", """
+graph g(%x: f32[3]) {
+  const %k0: f32[3] = [1.0, 2.0, 3.0]
+  const %k1: f32[] = 2.0
+  const %k2: f32[3] = [2.0, 4.0, 6.0]
+  %0: f32[3] = rand() {shape=[3], dtype=f32, seed=7}
+  %1: f32[3] = add(%x, %k2)
+  %2: f32[3] = add(%1, %0)
+  return %2
+}""")
+
+
+def test_simplify_removes_identities_and_merges_shape_chains():
+    _check(simplify, """
+graph g(%x: f32[2,3]) {
+  const %one: f32[] = 1.0
+  const %zero: f32[] = 0.0
+  %0: f32[2,3] = mul(%x, %one)  @a
+  %1: f32[2,3] = add(%zero, %0)  @a
+  %2: f32[2,3] = div(%1, %one)  @a
+  %3: f32[3,2] = permute(%2) {dims=[1, 0]}  @b
+  %4: f32[2,3] = permute(%3) {dims=[1, 0]}  @b
+  %5: f32[6] = reshape(%4) {shape=[6]}  @c
+  %6: f32[3,2] = reshape(%5) {shape=[3, 2]}  @c
+  %7: f32[3,2] = cast(%6) {dtype=f32}
+  %8: f32[3,2] = expand(%7) {shape=[3, 2]}
+  return %8
+}""", """
+graph g(%x: f32[2,3]) {
+  const %one: f32[] = 1.0
+  const %zero: f32[] = 0.0
+  %0: f32[3,2] = permute(%x) {dims=[1, 0]}  @b
+  %1: f32[6] = reshape(%x) {shape=[6]}  @c
+  %2: f32[3,2] = reshape(%x) {shape=[3, 2]}  @c
+  return %2
+}""")
+
+
+def test_simplify_keeps_identities_that_would_change_type_or_shape():
+    text = """
+graph g(%x: f32[3], %i: i64[3]) {
+  const %one: f32[2,3] = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+  %0: f32[2,3] = mul(%x, %one)
+  %1: f32[3] = mul(%i, %one)
+  return %0
+}""".replace("%1: f32[3] = mul(%i, %one)", "%1: f32[2,3] = mul(%i, %one)")
+    _check(simplify, text, text)
+
+
+def test_pipeline_runs_verifies_reports_and_dumps(tmp_path):
+    g = ir_samples.attention_with_consts()
+    result = run_pipeline(g, dump_dir=tmp_path)
+    assert [r.name for r in result.records] == ["fold_constants", "simplify", "cse", "dce"]
+    assert "full" not in [n.op for n in result.graph.nodes]
+    assert "fold_constants" in result.report()
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files[0] == "00_input.txt" and "01_fold_constants.diff" in files
+    assert "04_dce.txt" in files
+    assert (tmp_path / "04_dce.txt").read_text() == str(result.graph)
+    rng = np.random.default_rng(0)
+    qkv = [rng.standard_normal((2, 4, 8)).astype(np.float32) for _ in range(3)]
+    np.testing.assert_array_equal(interpret(g, *qkv)[0], interpret(result.graph, *qkv)[0])
+
+
+def test_pass_selection_and_errors(monkeypatch):
+    assert [n for n, _ in select_passes(["dce", "cse"])] == ["cse", "dce"]
+    assert [n for n, _ in select_passes(disable=["simplify"])] == ["fold_constants", "cse", "dce"]
+    with pytest.raises(PassError, match="unknown pass 'fuse'"):
+        select_passes(["fuse"])
+
+    def broken(graph):
+        graph.nodes[0].outputs[0].type = ir_samples.f32(1)
+        return graph
+    from graphnn.passes import pipeline
+    monkeypatch.setattr(pipeline, "PIPELINE", pipeline.PIPELINE + [("broken", broken)])
+    with pytest.raises(PassError, match=r"pass 'broken' failed \(after fold_constants, "
+                                        r"simplify, cse, dce\)"):
+        run_pipeline(ir_samples.conv_relu_pool())
