@@ -11,7 +11,9 @@ has no entry here.
 """
 from __future__ import annotations
 
+from op_db_attention import ATTENTION
 from op_db_elementwise import ELEMENTWISE
+from op_db_epilogue import EPILOGUE
 from op_db_network import CREATION, NETWORK
 from op_db_reductions import REDUCTIONS
 from op_db_shape import INDEXING, SHAPE
@@ -28,4 +30,5 @@ def _table(families) -> dict:
     return table
 
 
-OP_DB = _table([ELEMENTWISE, REDUCTIONS, SHAPE, INDEXING, NETWORK, CREATION])
+OP_DB = _table([ELEMENTWISE, REDUCTIONS, SHAPE, INDEXING, NETWORK, CREATION, EPILOGUE,
+                ATTENTION])

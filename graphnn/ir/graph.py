@@ -45,6 +45,7 @@ class Node:
     outputs: list = field(default_factory=list)
     scope: str | None = None  # Module path ('' for the root module), None outside modules
     source: str | None = None  # "file.py:12"
+    fusion: str | None = None  # the fusion group a backend emits this node in ("g0")
 
     def __repr__(self):
         from .printer import format_node
@@ -61,6 +62,7 @@ class Graph:
         self.consts: list[Value] = []
         self.nodes: list[Node] = []
         self.outputs = None  # a Value, or nested tuples/dicts of Values
+        self.notes: list[str] = []  # what passes decided and why (fusion refusals...)
         self._names: set[str] = set()
         self._counter = 0
 
@@ -102,9 +104,9 @@ class Graph:
         return value
 
     def add_node(self, op: str, inputs, attrs: dict, output_types, *, scope=None, source=None,
-                 names=None) -> Node:
+                 names=None, fusion=None) -> Node:
         """Append a node producing one value per entry of ``output_types``."""
-        node = Node(op, list(inputs), dict(attrs), scope=scope, source=source)
+        node = Node(op, list(inputs), dict(attrs), scope=scope, source=source, fusion=fusion)
         for i, t in enumerate(output_types):
             name = self._claim(names[i] if names else self.fresh_name())
             node.outputs.append(Value(name, t, "node", producer=node, index=i))

@@ -196,8 +196,12 @@ class _Parser:
             scope = "" if scope == ROOT_SCOPE else scope
         if self.accept("at"):
             source = json.loads(self.take("string"))
+        fusion = None
+        if self.accept("fuse"):
+            self.take("punct", "=")
+            fusion = self.take("word")
         node = g.add_node(op_name, inputs, attrs, [t for _, t in outs], scope=scope,
-                          source=source, names=[n for n, _ in outs])
+                          source=source, names=[n for n, _ in outs], fusion=fusion)
         for v in node.outputs:
             self.define(v)
 

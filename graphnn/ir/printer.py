@@ -4,11 +4,12 @@
       param %fc.weight: f32[4,3]
       const %k0: i64[2] = [0, 1]
       %0: f32[2,4] = matmul(%x, %1)  @fc at "model.py:12"
-      %1: f32[4], %2: i64[4] = max(%0) {dim=1, keepdim=false}  @<root>
+      %1: f32[4], %2: i64[4] = max(%0) {dim=1, keepdim=false}  @<root> fuse=g0
       return (%0, {"a": %1})
     }
 
-Attributes print as ``true``/``false``/``none``, ints, floats (always with a ``.``, an exponent,
+Provenance follows a node: ``@path`` (the Module), ``at "file:line"`` and ``fuse=GROUP`` when
+a fusion pass put the node in a group that a backend emits as one kernel. Attributes print as ``true``/``false``/``none``, ints, floats (always with a ``.``, an exponent,
 ``inf`` or ``nan``), JSON strings, ``[...]`` tuples and dtype short names. Constants print every
 element (flat, row-major); floats print as the shortest decimal that reads back exactly.
 """
@@ -77,6 +78,8 @@ def format_provenance(node) -> str:
         text += f"  @{node.scope if node.scope else ROOT_SCOPE}"
     if node.source is not None:
         text += f"{'' if text else ' '} at {json.dumps(node.source)}"
+    if node.fusion is not None:
+        text += f"{'' if text else ' '} fuse={node.fusion}"
     return text
 
 

@@ -30,6 +30,7 @@ class OpGroup(enum.Enum):
     POOLING = "pooling"
     CREATION = "creation"
     RANDOM = "random"
+    FUSED = "fused"  # ops made by fusion passes (conv/matmul epilogues, attention)
 
 
 _REQUIRED = object()

@@ -17,6 +17,7 @@ class Rewriter:
         self.source = source
         self.graph = Graph(source.name)
         self.graph._names |= {v.name for v in source.values()}
+        self.graph.notes = list(source.notes)
         self.env: dict[str, Value] = {}
         for v in source.inputs:
             self.graph.inputs.append(self._clone(v))
@@ -42,7 +43,7 @@ class Rewriter:
         """Copy ``node`` onto the new graph (its inputs mapped), keeping result names."""
         new = self.graph.add_node(node.op, [self.value(v) for v in node.inputs], node.attrs,
                                   [v.type for v in node.outputs], scope=node.scope,
-                                  source=node.source, names=None)
+                                  source=node.source, fusion=node.fusion)
         for old_v, new_v in zip(node.outputs, new.outputs):
             self.bind(old_v, new_v)
         return new
@@ -51,6 +52,10 @@ class Rewriter:
         """Emit a new node (inputs are NEW values) with the provenance of ``like``."""
         return self.graph.call(op, *inputs, scope=like.scope if like else None,
                                source=like.source if like else None, **attrs)
+
+    def note(self, message: str) -> None:
+        """Record a decision of the pass (e.g. a refused fusion and why) on the new graph."""
+        self.graph.notes.append(message)
 
     def const(self, array: np.ndarray) -> Value:
         return self.graph.add_const(array)

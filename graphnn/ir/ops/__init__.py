@@ -1,2 +1,3 @@
 """Importing this package registers every primitive op (one module per op family)."""
-from . import contraction, conv, creation, elementwise, indexing, pool, reductions, shape  # noqa: F401
+from . import (attention, contraction, conv, creation, elementwise, epilogue,  # noqa: F401
+               indexing, pool, reductions, shape)
