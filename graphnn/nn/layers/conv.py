@@ -6,14 +6,12 @@ are checked before that padding so errors show the shape the user passed.
 """
 from __future__ import annotations
 
-import math
-
 from ...frontend.creation import empty
 from ...frontend.tensor_shape import pad
-from .. import init
 from ..functional.conv import PADDING_STRINGS, check_conv_input, conv2d, pair, same_padding
 from ..module import Module
 from ..parameter import Parameter
+from .linear import reset_weight_and_bias
 
 __all__ = ["Conv2d"]
 
@@ -79,11 +77,7 @@ class Conv2d(Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
-            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        reset_weight_and_bias(self.weight, self.bias)
 
     def extra_repr(self) -> str:
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
