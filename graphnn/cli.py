@@ -1,18 +1,24 @@
-"""The ``graphnn`` command. Subcommands (``dump-ir``, ``explain``...) arrive with the IR."""
+"""The ``graphnn`` command: ``graphnn dump-ir`` (see ``cli_dump_ir.py``) and ``--version``.
+
+Each subcommand adds its own argparse parser and sets ``handler``, a function of the parsed
+arguments returning the exit status.
+"""
 from __future__ import annotations
 
 import argparse
 
-from . import __version__
+from . import __version__, cli_dump_ir
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="graphnn",
         description="graphnn: a deep-learning graph compiler with a PyTorch-style Module API.",
-        epilog="Example: graphnn --version")
+        epilog="Example: graphnn dump-ir examples/models.py:SmallCNN --input 8x3x32x32 "
+               "(see graphnn dump-ir --help)")
     parser.add_argument("--version", action="version", version=f"graphnn {__version__}")
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    cli_dump_ir.add_parser(commands)
     return parser
 
 
@@ -21,4 +27,5 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
-    return 0
+        return 0
+    return args.handler(args)

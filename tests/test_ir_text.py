@@ -184,3 +184,13 @@ def test_random_token_soup_raises_only_parse_error(pieces):
         parse(" ".join(pieces))
     except ParseError:
         pass
+
+
+def test_names_and_scopes_with_spaces_are_quoted_and_parse_back():
+    g = Graph("g")
+    x = g.add_input("x", ir_samples.f32(2))
+    w = g.add_param('blocks.a b."q".weight', ir_samples.f32(2))
+    g.outputs = g.call("add", x, w, scope="blocks.a b", source="m.py:1")
+    text = str(g)
+    assert '%"blocks.a b.\\"q\\".weight"' in text and '@"blocks.a b"' in text
+    assert parse(text) == g

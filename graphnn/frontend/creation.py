@@ -9,6 +9,7 @@ from ..ir.errors import DTypeError, ShapeError
 from .dispatch import apply1
 from .grad_mode import no_grad
 from .random import next_seed
+from .trace_state import readable_data
 
 
 def _infer_dtype(data):
@@ -30,7 +31,7 @@ def as_array(data, dtype) -> np.ndarray:
     """``data`` (nested lists, numbers, ndarrays, tensors) as a fresh ndarray of a graphnn dtype."""
     from .tensor import Tensor
     if isinstance(data, Tensor):
-        data = data._data
+        data = readable_data(data, "graphnn.tensor(x) (use x.clone() or x.detach())")
     elif isinstance(data, (list, tuple)) and any(isinstance(v, Tensor) for v in _flatten(data)):
         data = _nested_tensors_to_array(data)
     if dtype is None:
@@ -67,7 +68,8 @@ def _flatten(data):
 
 def _nested_tensors_to_array(data):
     return [(_nested_tensors_to_array(v) if isinstance(v, (list, tuple)) else
-             (v._data if hasattr(v, "_data") else v)) for v in data]
+             (readable_data(v, "graphnn.tensor([...]) of tensors (use graphnn.stack)")
+              if hasattr(v, "_data") else v)) for v in data]
 
 
 def _wrap(array, requires_grad=False):

@@ -3,6 +3,8 @@
 ``apply_op`` normalises attributes, runs the op's shape rule (which raises graphnn errors for bad
 operands before anything is computed), runs the reference implementation, marks outputs that
 share memory with the input as views, and records a tape node when gradients are needed.
+While ``graphnn.trace`` runs, an op on symbolic inputs (or with no inputs) is recorded into the
+graph instead (see ``trace_state``): no implementation runs and no tape node is made.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from ..ir.registry import OpGroup, get_op
 from ..ir.types import TensorType
 from .autograd import EagerEmitter, Node
 from .grad_mode import is_grad_enabled
-from . import inplace
+from . import inplace, trace_state
 
 
 def apply_op(name: str, inputs, attrs=None) -> tuple:
@@ -21,6 +23,16 @@ def apply_op(name: str, inputs, attrs=None) -> tuple:
 
     op = get_op(name)
     attrs = op.normalize_attrs(attrs or {})
+    state = trace_state.active()
+    if state is None:
+        trace_state.check_no_symbols(inputs)
+    else:
+        for t in inputs:  # a view made before a write (also of a concrete tensor) sees it
+            if t._view is not None:
+                inplace.refresh_view(t)
+        out_types = op.infer_types([TensorType(t.shape, t.dtype) for t in inputs], attrs)
+        if state.takes(inputs, out_types):
+            return _trace(state, op, inputs, attrs, out_types)
     recording = is_grad_enabled() and op.differentiable
     if recording:
         for t in inputs:
@@ -40,6 +52,17 @@ def apply_op(name: str, inputs, attrs=None) -> tuple:
             if out.dtype.is_floating_point:
                 out._set_grad_fn(node, i)
         node.save_outputs(outs)
+    return outs
+
+
+def _trace(state, op, inputs, attrs, out_types) -> tuple:
+    """Record ``op`` into the active trace; shape ops that give views eagerly give views here."""
+    outs = state.record(op, inputs, attrs, out_types)
+    if op.name in inplace.VIEW_OPS:
+        layout = trace_state.view_layout(op.name, inputs[0], attrs)
+        if layout is not None:
+            outs[0]._layout = layout
+            inplace.record_view(outs[0], inputs[0], op.name, attrs)
     return outs
 
 

@@ -8,6 +8,9 @@ indexing: they select before the advanced indices are placed, so ``x[0, :, idx]`
 the view ``x[0]`` and the index dims stay in place. A bool mask of k dims stands for its k
 ``nonzero`` index tensors. Assignment runs the same plan functionally (``index_put`` and
 ``slice_scatter``) and writes the result in place, so it is recorded like any other op.
+While tracing, an integer index tensor with unknown values (symbolic, a parameter or buffer)
+stays a tensor, an input of the ``index`` op; a bool mask with unknown values cannot be traced
+(the result's shape depends on its values) and raises TraceError.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from ..ir.registry import get_op
 from ..ir.types import TensorType
 from .dispatch import apply1
 from .inplace import overwrite, run_inplace
+from .trace_state import is_symbolic, readable_data
 
 
 @dataclass
@@ -51,15 +55,38 @@ def _is_int(k) -> bool:
 
 
 def _wrap_index(array):
+    """An index as a tensor: arrays are wrapped, symbolic index tensors kept."""
     from .tensor import Tensor
-    return Tensor._wrap(array)
+    return array if isinstance(array, Tensor) else Tensor._wrap(array)
+
+
+def _is_array(k) -> bool:
+    """Whether a key item is an index array (an ndarray, or a symbolic index tensor)."""
+    return isinstance(k, np.ndarray) or hasattr(k, "_symbol")
+
+
+def _kind(k) -> str:
+    return k.dtype.kind if isinstance(k, np.ndarray) else np.dtype(k.dtype.np).kind
+
+
+def _symbolic_index(k):
+    """A tensor index whose values are unknown while tracing, kept as a tensor."""
+    if k.dtype.name == "bool":
+        readable_data(k, "indexing with a bool mask tensor (the result's shape depends on the "
+                         "mask's values)")
+    if k.ndim == 0:
+        readable_data(k, "indexing with a 0-d tensor (use a 1-d index tensor)")
+    if k.dtype.category != 1:
+        raise IndexError_(f"index: tensors used as indices must be long, int, byte or bool "
+                          f"tensors, got {k.dtype.name}")
+    return k
 
 
 def _as_index_array(k) -> np.ndarray:
     """A list, ndarray or tensor used as an index, as an integer or bool ndarray."""
     from .tensor import Tensor
     if isinstance(k, Tensor):
-        arr = k._data
+        arr = readable_data(k, "indexing with a tensor")
     else:
         try:
             arr = np.asarray(k)
@@ -81,7 +108,9 @@ def _items(key) -> list:
         key = (key,)
     out = []
     for k in key:
-        if isinstance(k, (list, tuple, np.ndarray, Tensor)):
+        if isinstance(k, Tensor) and is_symbolic(k):
+            out.append(_symbolic_index(k))
+        elif isinstance(k, (list, tuple, np.ndarray, Tensor)):
             arr = _as_index_array(k)
             if arr.ndim == 0:
                 out.append(bool(arr) if arr.dtype.kind == "b" else int(arr))
@@ -98,8 +127,8 @@ def _items(key) -> list:
 
 def _consumed(k) -> int:
     """How many input dims an item indexes."""
-    if isinstance(k, np.ndarray):
-        return k.ndim if k.dtype.kind == "b" else 1
+    if _is_array(k):
+        return k.ndim if _kind(k) == "b" else 1
     if k is None or k is Ellipsis or isinstance(k, (bool, np.bool_)):
         return 0
     return 1
@@ -125,7 +154,7 @@ def plan_index(shape, key) -> IndexPlan:
                 plan.tensors.append(_wrap_index(np.zeros(0, np.int64)))
             plan.view_shape.append(1)
             continue
-        if isinstance(k, np.ndarray):
+        if _is_array(k):
             dim = _plan_array(plan, shape, dim, k)
             continue
         size = shape[dim]
@@ -155,8 +184,8 @@ def plan_index(shape, key) -> IndexPlan:
 
 def _plan_array(plan, shape, dim, arr) -> int:
     """Add an index array at input dim ``dim``; returns the next input dim."""
-    n = arr.ndim if arr.dtype.kind == "b" else 1
-    if arr.dtype.kind == "b":
+    n = arr.ndim if _kind(arr) == "b" else 1
+    if _kind(arr) == "b":
         if tuple(arr.shape) != tuple(shape[dim:dim + n]):
             raise IndexError_(f"index: the shape of the mask {fmt_shape(arr.shape)} does not "
                               f"match the shape {fmt_shape(shape[dim:dim + n])} of the indexed "
@@ -235,7 +264,8 @@ def index_put(x, indices, values, accumulate=False):
     """``x`` with ``values`` written (or added) at the integer index tensors ``indices``, one
     per leading dim (``Tensor.index_put``)."""
     from .tensor_math import as_operand
-    indices = [_wrap_index(_as_index_array(i)) for i in indices]
+    indices = [_symbolic_index(i) if is_symbolic(i) else _wrap_index(_as_index_array(i))
+               for i in indices]
     values = as_operand(values, x).to(x.dtype)
     return apply1("index_put", x, values, *indices, dims=tuple(range(len(indices))),
                   accumulate=accumulate)

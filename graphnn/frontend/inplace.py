@@ -8,6 +8,12 @@ gives the tensor, and every parent up to its base, a new place in the graph: a p
 value is written functionally as ``slice_scatter`` (or the inverse ``reshape``/``permute``) of
 the child's new value, as PyTorch's CopySlices does. A view recorded before a write through
 its base or a sibling is re-derived from its parent the next time it is used.
+
+While tracing, writes take the recording path with values instead of data: a ``VIEW_OPS``
+output is a view when it would be one eagerly (``trace_state.view_layout`` runs NumPy's view
+rules on the layout alone), and a write rebinds the tensor and its parents to their new graph
+values (``TraceState.write``); no memory is written and no version counter of a concrete
+tensor moves.
 """
 from __future__ import annotations
 
@@ -16,8 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.errors import AutogradError, DTypeError, ShapeError, UnsupportedError
-from . import dispatch
+from . import dispatch, trace_state
 from .grad_mode import is_grad_enabled
+
+VIEW_OPS = ("slice", "reshape", "permute", "expand")
 
 
 @dataclass
@@ -34,8 +42,11 @@ class ViewInfo:
 
 def record_view(out, source, op: str, attrs: dict) -> None:
     """Mark ``out`` (sharing memory with ``source``) as a view made by ``op``."""
-    out._version_counter = source._version_counter
-    out._view = ViewInfo(source, op, attrs, is_grad_enabled(), source._version_counter.value)
+    state = trace_state.active()
+    symbolic = state is not None and out._symbol is not None
+    counter = state.counter(source) if symbolic else source._version_counter
+    out._version_counter = counter
+    out._view = ViewInfo(source, op, attrs, is_grad_enabled(), counter.value)
 
 
 def view_base(t):
@@ -48,16 +59,22 @@ def view_base(t):
 def refresh_view(t) -> None:
     """Re-derive the graph position of a stale view (and of its stale parents) from the
     nearest up-to-date parent."""
+    state = trace_state.active()
+    counter = (lambda v: v._version_counter) if state is None else state.counter
     stale = []
-    while t._view is not None and t._view.recorded_at != t._version_counter.value:
+    while t._view is not None and t._view.recorded_at != counter(t).value:
         stale.append(t)
         t = t._view.parent
     for view in reversed(stale):
         info = view._view
-        if info.grad_mode and info.parent.requires_grad and is_grad_enabled():
+        if state is not None:
+            if state.symbol(info.parent) is not None:
+                state.bind(view, state.value(dispatch.apply_op(info.op, [info.parent],
+                                                               info.attrs)[0]))
+        elif info.grad_mode and info.parent.requires_grad and is_grad_enabled():
             out = dispatch.apply_op(info.op, [info.parent], info.attrs)[0]
             view._set_grad_fn(out.grad_fn, out._output_nr)
-        info.recorded_at = view._version_counter.value
+        info.recorded_at = counter(view).value
 
 
 def _unview(parent, child_value, info: ViewInfo):
@@ -82,9 +99,15 @@ def _check_writable(t, op_name: str, recording: bool) -> None:
         raise AutogradError(f"{op_name}: a view was created in no_grad mode and is being "
                             f"modified in-place with grad mode enabled; create the view with "
                             f"grad mode enabled or modify it under no_grad")
-    if not t._data.flags.writeable:
+    if not _writable(t):
         raise UnsupportedError(f"{op_name}: this tensor is a broadcast (expanded) view and "
                                f"cannot be written in place; clone() it first")
+
+
+def _writable(t) -> bool:
+    """Whether eager mode could write ``t``'s memory (not a broadcast view)."""
+    data = t._data if t._symbol is None else trace_state.layout(t)
+    return bool(data.flags.writeable)
 
 
 def run_inplace(t, op_name: str, compute, operands=()):
@@ -98,9 +121,13 @@ def run_inplace(t, op_name: str, compute, operands=()):
     recording = is_grad_enabled() and (view_base(t).requires_grad or t.requires_grad or any(
         isinstance(o, Tensor) and o.requires_grad for o in operands))
     _check_writable(t, op_name, recording)
-    if recording:
+    state = trace_state.active()
+    if recording or state is not None:
         refresh_view(t)
-    result = compute(t._alias(t._data.copy()) if recording else t)
+    if state is not None:
+        result = compute(t)
+    else:
+        result = compute(t._alias(t._data.copy()) if recording else t)
     if result.shape != t.shape:
         raise ShapeError(f"{op_name}: output with shape {list(t.shape)} doesn't match the "
                          f"broadcast shape {list(result.shape)}")
@@ -109,6 +136,9 @@ def run_inplace(t, op_name: str, compute, operands=()):
             raise DTypeError(f"{op_name}: result type {result.dtype.name} can't be cast to the "
                              f"desired output type {t.dtype.name}")
         result = dispatch.apply1("cast", result, dtype=t.dtype)
+    if state is not None:
+        state.write(t, _new_positions(t, result))
+        return t
     chain = _new_positions(t, result) if recording else []
     np.copyto(t._data, result._data)
     t._version_counter.value += 1

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from ..ir.dtypes import bool_, float32, int64
+from .trace_state import readable_data
 
 PRECISION = 4
 THRESHOLD = 1000
@@ -124,7 +125,7 @@ def _with_suffixes(text: str, suffixes, indent: int) -> str:
 
 
 def tensor_repr(t) -> str:
-    data = t._data
+    data = readable_data(t, "printing a tensor (repr, str or print)")
     suffixes = []
     if data.size == 0:
         if data.ndim != 1:

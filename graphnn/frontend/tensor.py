@@ -2,7 +2,9 @@
 
 This file holds the tensor's state and its autograd and conversion methods; the op methods come
 from mixins (``tensor_math.py``, ``tensor_shape.py``, ``inplace.py``) that all go through
-``dispatch.apply_op``, so every op a tensor runs is a registry op.
+``dispatch.apply_op``, so every op a tensor runs is a registry op. While ``graphnn.trace`` runs,
+a tensor may be symbolic (``_symbol`` is its graph Value, ``_data`` a placeholder); the methods
+that read values go through ``trace_state.readable_data``, which refuses unknown values.
 """
 from __future__ import annotations
 
@@ -11,11 +13,11 @@ import numpy as np
 from ..ir.dtypes import (DType, as_dtype, bool_, float16, float32, float64, from_numpy_dtype,
                          int32, int64)
 from ..ir.errors import AutogradError, DTypeError, ShapeError, UnsupportedError
-from . import printing
+from . import printing, trace_state
 from .autograd import AccumulateGrad, VersionCounter
 from .dispatch import apply1
 from .indexing import getitem, setitem
-from .inplace import TensorInplaceMixin, view_base
+from .inplace import TensorInplaceMixin, record_view, view_base
 from .tensor_math import TensorMathMixin
 from .tensor_shape import TensorShapeMixin
 
@@ -87,6 +89,7 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
         self._version_counter = VersionCounter()
         self._view = None  # ViewInfo when this tensor shares its parent's memory
         self._accum = None
+        self._symbol = None  # the graph Value of a symbolic tensor (see trace_state)
 
     @classmethod
     def _wrap(cls, array) -> "Tensor":
@@ -188,12 +191,17 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
         t.grad_fn, t._output_nr = self.grad_fn, self._output_nr
         if self._requires_grad and self.grad_fn is None:
             t._accum = self._accumulator()
+        trace_state.share_symbol(self, t)
         return t
 
     def detach(self) -> "Tensor":
         """The same data (shared memory and version counter) outside the graph."""
         t = Tensor._wrap(self._data)
         t._version_counter = self._version_counter
+        if trace_state.symbol_of(self) is not None:  # an alias that sees later writes
+            trace_state.share_symbol(self, t)
+            t._layout = trace_state.layout(self)
+            record_view(t, self, "reshape", {"shape": tuple(self.shape)})
         return t
 
     def detach_(self) -> "Tensor":
@@ -206,7 +214,8 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
 
     @data.setter
     def data(self, value: "Tensor") -> None:
-        self._data = value._data if isinstance(value, Tensor) else np.asarray(value)
+        self._data = trace_state.readable_data(value, "x.data = y") if isinstance(
+            value, Tensor) else np.asarray(value)
 
     def retain_grad(self) -> None:
         if not self.requires_grad:
@@ -242,37 +251,42 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
         if self.requires_grad and not force:
             raise AutogradError("Can't call numpy() on Tensor that requires grad. Use "
                                 "tensor.detach().numpy() instead.")
-        return self._data
+        return trace_state.readable_data(self, "x.numpy()")
 
     def __array__(self, dtype=None, copy=None):
-        return self._data if dtype is None else self._data.astype(dtype)
+        data = trace_state.readable_data(self, "converting a tensor to a NumPy array")
+        return data if dtype is None else data.astype(dtype)
 
     def item(self):
-        if self._data.size != 1:
-            raise ShapeError(f"a Tensor with {self._data.size} elements cannot be converted to "
-                             f"Scalar")
-        return self._data.reshape(()).item()
+        return self._scalar("x.item()")
 
     def tolist(self):
-        return self._data.tolist()
+        return trace_state.readable_data(self, "x.tolist()").tolist()
 
     def __float__(self):
-        return float(self.item())
+        return float(self._scalar("float(x)"))
 
     def __int__(self):
-        return int(self.item())
+        return int(self._scalar("int(x)"))
 
     def __index__(self):
         if self.dtype.category != 1:
             raise DTypeError("only integer tensors of a single element can be converted to an "
                              "index")
-        return int(self.item())
+        return int(self._scalar("using a tensor as a Python index"))
 
     def __bool__(self):
         if self._data.size != 1:
             raise ShapeError(f"Boolean value of Tensor with {self._data.size} values is "
                              f"ambiguous")
-        return bool(self._data.reshape(()).item())
+        return bool(self._scalar("bool(x) (as in `if x.sum() > 0:`)"))
+
+    def _scalar(self, what: str):
+        """The one value of a one-element tensor, read by Python code doing ``what``."""
+        if self._data.size != 1:
+            raise ShapeError(f"a Tensor with {self._data.size} elements cannot be converted to "
+                             f"Scalar")
+        return trace_state.readable_data(self, what).reshape(()).item()
 
     def __len__(self):
         if self.ndim == 0:
@@ -358,12 +372,13 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
 
     def __format__(self, spec):
         if self.ndim == 0 and spec:
-            return format(self.item(), spec)
+            return format(self._scalar("formatting a tensor"), spec)
         return repr(self)
 
     def __reduce_ex__(self, protocol):
         # in-memory copies (copy.deepcopy, multiprocessing); graphnn.save never pickles
-        return (_rebuild_tensor, (self._data.copy(), self._requires_grad))
+        data = trace_state.readable_data(self, "copying or pickling a tensor")
+        return (_rebuild_tensor, (data.copy(), self._requires_grad))
 
 
 def _rebuild_tensor(array, requires_grad):

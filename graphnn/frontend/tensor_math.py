@@ -14,6 +14,7 @@ import numpy as np
 from ..ir.dtypes import bool_, float16, float32, scalar_result_type
 from ..ir.errors import AttributeError_, DTypeError, UnsupportedError
 from .dispatch import apply1, apply_op
+from .trace_state import readable_data
 
 ReductionResult = collections.namedtuple("ReductionResult", ["values", "indices"])
 
@@ -258,10 +259,15 @@ class TensorMathMixin:
         return where(condition, self, other)
 
     def equal(self, other) -> bool:
-        return self.shape == other.shape and bool(np.array_equal(self._data, other._data))
+        if self.shape != other.shape:
+            return False
+        return bool(np.array_equal(readable_data(self, "x.equal(y)"),
+                                   readable_data(other, "x.equal(y)")))
 
     def allclose(self, other, rtol=1e-5, atol=1e-8, equal_nan=False) -> bool:
-        return bool(np.allclose(self._data, as_operand(other, self)._data, rtol, atol, equal_nan))
+        return bool(np.allclose(readable_data(self, "x.allclose(y)"),
+                                readable_data(as_operand(other, self), "x.allclose(y)"),
+                                rtol, atol, equal_nan))
 
     # ---- unary math -----------------------------------------------------------------------------
     def exp(self):

@@ -25,8 +25,8 @@ class ParseError(GraphnnError, ValueError):
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+)
-  | (?P<value>%[^\s,():=\[\]{}"]+)
-  | (?P<scope>@\S+)
+  | (?P<value>%(?:"(?:[^"\\]|\\.)*"|[^\s,():=\[\]{}"%@]+))
+  | (?P<scope>@(?:"(?:[^"\\]|\\.)*"|[^\s,():=\[\]{}"%@]+))
   | (?P<string>"(?:[^"\\]|\\.)*")
   | (?P<number>-?(?:inf|nan|\d+(?:\.\d*)?(?:[eE][+-]?\d+)?))
   | (?P<word>[A-Za-z_][A-Za-z0-9_]*)
@@ -74,6 +74,11 @@ class _Parser:
         self.i += 1
         return tok[1]
 
+    def name(self, kind: str) -> str:
+        """A value name (``%x``, ``%"a b"``) or scope (``@fc``) without its sigil."""
+        text = self.take(kind)[1:]
+        return json.loads(text) if text.startswith('"') else text
+
     def accept(self, text):
         if self.peek()[1] == text and self.peek()[0] in ("punct", "word"):
             self.i += 1
@@ -104,7 +109,7 @@ class _Parser:
         self.values[value.name] = value
 
     def typed_name(self):
-        name = self.take("value")[1:]
+        name = self.name("value")
         if name in self.values:
             self.fail(f"value %{name} is defined twice")
         self.take("punct", ":")
@@ -177,7 +182,7 @@ class _Parser:
         inputs = []
         if not self.accept(")"):
             while True:
-                name = self.take("value")[1:]
+                name = self.name("value")
                 if name not in self.values:
                     self.i -= 1
                     self.fail(f"value %{name} is used before it is defined")
@@ -192,7 +197,7 @@ class _Parser:
             self.fail(str(e))
         scope = source = None
         if self.peek()[0] == "scope":
-            scope = self.take("scope")[1:]
+            scope = self.name("scope")
             scope = "" if scope == ROOT_SCOPE else scope
         if self.accept("at"):
             source = json.loads(self.take("string"))
@@ -256,7 +261,7 @@ class _Parser:
     def structure(self):
         kind, text = self.peek()[:2]
         if kind == "value":
-            name = self.take("value")[1:]
+            name = self.name("value")
             if name not in self.values:
                 self.i -= 1
                 self.fail(f"return of undefined value %{name}")

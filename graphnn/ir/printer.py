@@ -17,12 +17,19 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 
 from .dtypes import DType
 
 ROOT_SCOPE = "<root>"
+_BARE_NAME = re.compile(r'[^\s,():=\[\]{}"%@]+')
+
+
+def format_name(name: str, sigil: str = "%") -> str:
+    """``%name``, or ``%"a b"`` (JSON-quoted) when the name has spaces or punctuation."""
+    return sigil + (name if _BARE_NAME.fullmatch(name) else json.dumps(name))
 
 
 def format_float(v: float) -> str:
@@ -75,7 +82,7 @@ def format_const(data: np.ndarray) -> str:
 def format_provenance(node) -> str:
     text = ""
     if node.scope is not None:
-        text += f"  @{node.scope if node.scope else ROOT_SCOPE}"
+        text += "  " + format_name(node.scope if node.scope else ROOT_SCOPE, "@")
     if node.source is not None:
         text += f"{'' if text else ' '} at {json.dumps(node.source)}"
     if node.fusion is not None:
@@ -84,8 +91,8 @@ def format_provenance(node) -> str:
 
 
 def format_node(node) -> str:
-    outs = ", ".join(f"%{v.name}: {v.type}" for v in node.outputs)
-    args = ", ".join(f"%{v.name}" for v in node.inputs)
+    outs = ", ".join(f"{format_name(v.name)}: {v.type}" for v in node.outputs)
+    args = ", ".join(format_name(v.name) for v in node.inputs)
     return f"{outs} = {node.op}({args}){format_attrs(node.attrs)}{format_provenance(node)}"
 
 
@@ -98,14 +105,15 @@ def format_structure(structure) -> str:
         return f"({inner},)" if len(structure) == 1 else f"({inner})"
     if structure is None:
         return "none"
-    return f"%{structure.name}"
+    return format_name(structure.name)
 
 
 def format_graph(graph) -> str:
-    args = ", ".join(f"%{v.name}: {v.type}" for v in graph.inputs)
+    args = ", ".join(f"{format_name(v.name)}: {v.type}" for v in graph.inputs)
     lines = [f"graph {graph.name}({args}) {{"]
-    lines += [f"  {v.kind} %{v.name}: {v.type}" for v in graph.params]
-    lines += [f"  const %{v.name}: {v.type} = {format_const(v.data)}" for v in graph.consts]
+    lines += [f"  {v.kind} {format_name(v.name)}: {v.type}" for v in graph.params]
+    lines += [f"  const {format_name(v.name)}: {v.type} = {format_const(v.data)}"
+              for v in graph.consts]
     lines += [f"  {format_node(n)}" for n in graph.nodes]
     lines.append(f"  return {format_structure(graph.outputs)}")
     lines.append("}")

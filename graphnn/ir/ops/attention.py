@@ -1,2 +1,206 @@
-"""The fused scaled_dot_product_attention op (filled by the attention-fusion work of the
-passes issue)."""
+"""The fused ``scaled_dot_product_attention`` op, made by the attention-fusion pass.
+
+``dropout(softmax(q @ kᵀ · scale + mask)) @ v`` over the last two dims: q (..., Hq, T, D),
+k (..., Hkv, S, D), v (..., Hkv, S, Dv) with ``Hq = kv_groups · Hkv`` (query head h reads key
+and value head h // kv_groups, as ``repeat_interleave`` and PyTorch's ``enable_gqa``); leading
+dims broadcast as in matmul. The optional fourth input (``has_mask``) is a bool mask (True: the
+key takes part) or an additive float mask of q's dtype, broadcastable to the scores
+(..., Hq, T, S) without enlarging them. ``causal`` keeps key j <= query i (top-left aligned,
+as PyTorch's ``is_causal``). A query row whose keys are all masked gives zeros (value and
+gradient), as PyTorch's CPU kernels do. Dropout (``dropout_p``) draws its keep mask
+``rand(scores shape, seed) >= p`` exactly as the frontend's dropout does, so a fused graph
+reproduces the unfused one.
+
+The gradient rule recomputes the probabilities from q, k and the mask (as flash attention's
+backward does) and is written in registry ops only.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..dtypes import bool_, from_numpy_dtype
+from ..errors import AttributeError_, DTypeError, ShapeError
+from ..registry import Attr, OpDef, OpGroup, register
+from ..types import TensorType
+from .creation import _rand
+from .shape_rules import broadcast_shapes, fmt_shape
+
+NAME = "scaled_dot_product_attention"
+ATTRS = {"scale": Attr("float"), "causal": Attr("bool", False), "has_mask": Attr("bool", False),
+         "dropout_p": Attr("float", 0.0), "seed": Attr("optional_int", None),
+         "kv_groups": Attr("int", 1)}
+
+
+# ---- shape rule ---------------------------------------------------------------------------------
+
+def _batch_shape(q, k, v, groups: int) -> tuple:
+    """The scores' leading dims (..., Hq): q's, k's and v's batch dims broadcast together."""
+    if groups == 1:
+        return broadcast_shapes(NAME, [q.shape[:-2], k.shape[:-2], v.shape[:-2]])
+    if min(q.ndim, k.ndim, v.ndim) < 3:
+        raise ShapeError(f"{NAME}: kv_groups={groups} needs a head dim (..., H, seq, features) "
+                         f"in q, k and v, got shapes {fmt_shape(q.shape)}, {fmt_shape(k.shape)}, "
+                         f"{fmt_shape(v.shape)}")
+    if k.shape[-3] != v.shape[-3] or q.shape[-3] != groups * k.shape[-3]:
+        raise ShapeError(f"{NAME}: with kv_groups={groups} q needs {groups} times the heads of k "
+                         f"and v, got {q.shape[-3]} query, {k.shape[-3]} key and {v.shape[-3]} "
+                         f"value heads")
+    return broadcast_shapes(NAME, [q.shape[:-3], k.shape[:-3], v.shape[:-3]]) + (q.shape[-3],)
+
+
+def _check_attrs(n_inputs, *, has_mask, dropout_p, seed, kv_groups, **_):
+    if n_inputs != 3 + has_mask:
+        raise AttributeError_(f"{NAME}: has_mask={has_mask} expects {3 + has_mask} inputs, got "
+                              f"{n_inputs}")
+    if not 0.0 <= dropout_p < 1.0:
+        raise AttributeError_(f"{NAME}: dropout_p must be in [0, 1), got {dropout_p}")
+    if dropout_p > 0 and seed is None:
+        raise AttributeError_(f"{NAME}: dropout_p={dropout_p} needs a seed")
+    if kv_groups < 1:
+        raise AttributeError_(f"{NAME}: kv_groups must be at least 1, got {kv_groups}")
+
+
+def _infer(types, **attrs):
+    _check_attrs(len(types), **attrs)
+    q, k, v = types[:3]
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.ndim < 2:
+            raise ShapeError(f"{NAME}: expected {name} with at least 2 dims (..., seq, features),"
+                             f" got shape {fmt_shape(t.shape)}")
+    if not q.dtype.is_floating_point or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise DTypeError(f"{NAME}: expected q, k and v of one floating dtype, got "
+                         f"{q.dtype.name}, {k.dtype.name} and {v.dtype.name}")
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ShapeError(f"{NAME}: q {fmt_shape(q.shape)}, k {fmt_shape(k.shape)} and v "
+                         f"{fmt_shape(v.shape)} need q and k of one feature size and k and v of "
+                         f"one sequence length")
+    batch = _batch_shape(q, k, v, attrs["kv_groups"])
+    scores = batch + (q.shape[-2], k.shape[-2])
+    if attrs["has_mask"]:
+        mask = types[3]
+        if mask.dtype is not bool_ and mask.dtype != q.dtype:
+            raise DTypeError(f"{NAME}: expected a bool mask or a float mask of dtype "
+                             f"{q.dtype.name}, got {mask.dtype.name}")
+        if broadcast_shapes(NAME, [mask.shape, scores]) != scores:
+            raise ShapeError(f"{NAME}: mask of shape {fmt_shape(mask.shape)} would broadcast "
+                             f"the scores {fmt_shape(scores)}")
+    return TensorType(batch + (q.shape[-2], v.shape[-1]), q.dtype)
+
+
+# ---- NumPy reference ----------------------------------------------------------------------------
+
+def keep_mask(shape, dtype, p: float, seed: int) -> np.ndarray:
+    """Dropout's keep mask for ``shape`` and ``dtype`` (a graphnn DType): ``rand >= p``."""
+    return _rand(shape=tuple(shape), dtype=dtype, seed=seed) >= np.asarray(p, dtype.np)
+
+
+def _attention(q, k, v, mask=None, *, scale, causal, has_mask, dropout_p, seed, kv_groups):
+    dtype = from_numpy_dtype(q.dtype)
+    compute = np.float32 if q.dtype == np.float16 else q.dtype
+    q, k, v = (x.astype(compute, copy=False) for x in (q, k, v))
+    if kv_groups > 1:
+        k, v = np.repeat(k, kv_groups, axis=-3), np.repeat(v, kv_groups, axis=-3)
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.asarray(scale, compute)
+    if mask is not None:
+        s = np.where(mask, s, -np.inf) if mask.dtype == np.bool_ else s + mask.astype(compute)
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], np.bool_)), s, -np.inf)
+    top = np.amax(s, axis=-1, keepdims=True) if s.shape[-1] else np.zeros(s.shape[:-1] + (1,))
+    empty = top == -np.inf
+    e = np.exp(s - np.where(empty, 0, top))
+    p = np.where(empty, 0, e / np.where(empty, 1, np.sum(e, axis=-1, keepdims=True)))
+    p = p.astype(compute, copy=False)
+    if dropout_p:
+        keep = keep_mask(p.shape, dtype, dropout_p, seed).astype(compute)
+        p = p * keep * np.asarray(1.0 / (1.0 - dropout_p), compute)
+    return np.matmul(p, v)
+
+
+# ---- gradient rule (registry ops only) ----------------------------------------------------------
+
+def _transpose(b, x):
+    nd = len(b.shape(x))
+    return b.permute(x, dims=tuple(range(nd - 2)) + (nd - 1, nd - 2))
+
+
+def _repeat_heads(b, x, groups: int):
+    """(..., H, S, D) -> (..., H * groups, S, D), each head repeated ``groups`` times in a row."""
+    if groups == 1:
+        return x
+    *lead, h, s, d = b.shape(x)
+    x = b.reshape(x, shape=(*lead, h, 1, s, d))
+    x = b.expand(x, shape=(*lead, h, groups, s, d))
+    return b.reshape(x, shape=(*lead, h * groups, s, d))
+
+
+def _sum_groups(b, g, groups: int):
+    """The gradient of ``_repeat_heads``: sum each run of ``groups`` heads."""
+    if groups == 1:
+        return g
+    *lead, h, s, d = b.shape(g)
+    g = b.reshape(g, shape=(*lead, h // groups, groups, s, d))
+    return b.sum(g, dims=(len(lead) + 1,), keepdim=False)
+
+
+def _probabilities(b, ctx, q, k):
+    """softmax(q kᵀ · scale + mask) as the forward computes it; rows with no key give 0."""
+    attrs, dt = ctx.attrs, b.dtype(q)
+    ninf = b.scalar(float("-inf"), dt)
+    s = b.mul(b.matmul(q, _transpose(b, k)), b.scalar(attrs["scale"], dt))
+    if attrs["has_mask"]:
+        mask = ctx.input(3)
+        s = b.where(mask, s, ninf) if b.dtype(mask) is bool_ else b.add(s, mask)
+    if attrs["causal"]:
+        tri = b.tril(b.full(shape=b.shape(s)[-2:], value=True, dtype=bool_), diagonal=0)
+        s = b.where(tri, s, ninf)
+    if not attrs["has_mask"]:
+        return b.softmax(s, dim=-1)
+    empty = b.eq(b.amax(s, dims=(-1,), keepdim=True), ninf)
+    zero = b.scalar(0, dt)
+    return b.where(empty, zero, b.softmax(b.where(empty, zero, s), dim=-1))
+
+
+def _dropout_factor(b, ctx, like):
+    """keep / (1 - p) with the forward's keep mask (same seed and shape), or None."""
+    p = ctx.attrs["dropout_p"]
+    if not p:
+        return None
+    dt = b.dtype(like)
+    drawn = b.rand(shape=b.shape(like), dtype=dt, seed=ctx.attrs["seed"])
+    keep = b.cast(b.ge(drawn, b.scalar(p, dt)), dtype=dt)
+    return b.mul(keep, b.scalar(1.0 / (1.0 - p), dt))
+
+
+def _grad_attention(b, ctx, g):
+    """dV = Pᵀ g; dP = g Vᵀ; dS = P ⊙ (dP − rowsum(dP ⊙ P)); dQ = dS K · scale;
+    dK = dSᵀ Q · scale; a float mask gets dS; GQA sums over each group of query heads."""
+    attrs, need = ctx.attrs, ctx.needs_input_grad
+    groups = attrs["kv_groups"]
+    q, k, v = ctx.input(0), ctx.input(1), ctx.input(2)
+    k_rep, v_rep = _repeat_heads(b, k, groups), _repeat_heads(b, v, groups)
+    p = _probabilities(b, ctx, q, k_rep)
+    drop = _dropout_factor(b, ctx, p)
+    grads = [None] * len(ctx.input_types)
+    if need[2]:
+        used = p if drop is None else b.mul(p, drop)
+        grads[2] = _sum_groups(b, b.matmul(_transpose(b, used), g), groups)
+    float_mask = attrs["has_mask"] and ctx.input_types[3].dtype.is_floating_point
+    if not (need[0] or need[1] or (float_mask and need[3])):
+        return grads
+    dp = b.matmul(g, _transpose(b, v_rep))
+    if drop is not None:
+        dp = b.mul(dp, drop)
+    ds = b.mul(p, b.sub(dp, b.sum(b.mul(dp, p), dims=(-1,), keepdim=True)))
+    if float_mask and need[3]:
+        grads[3] = ds
+    ds = b.mul(ds, b.scalar(attrs["scale"], b.dtype(ds)))
+    if need[0]:
+        grads[0] = b.matmul(ds, k_rep)
+    if need[1]:
+        grads[1] = _sum_groups(b, b.matmul(_transpose(b, ds), q), groups)
+    return grads
+
+
+register(OpDef(name=NAME, group=OpGroup.FUSED, infer=_infer, impl=_attention,
+               grad=_grad_attention, attrs=ATTRS, arity=(3, 4),
+               doc="dropout(softmax(q kᵀ · scale + mask)) v with causal, GQA and dropout"))

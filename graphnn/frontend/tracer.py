@@ -1,0 +1,192 @@
+"""``graphnn.trace(fn_or_module, *example_inputs, **example_kwargs) -> Graph``.
+
+The ordinary Python forward runs once, through the same Tensor and Module code as eager mode,
+with symbolic tensors standing for the example inputs; every registry op it runs on them is
+recorded (see ``trace_state``). What the graph holds:
+
+- inputs: the tensor arguments (positional, then keyword; tensors inside tuple, list and dict
+  arguments too), named after the forward's parameters (``%x``; ``%args_0`` for ``*args``).
+  Other arguments (numbers, flags, shapes) are specialised, as is Python control flow on
+  shapes, numbers and module attributes;
+- a Module's parameters and persistent buffers, as graph parameters named by their state_dict
+  keys (every one, used or not; a tied parameter once, under its first key), also for a bound
+  ``model.forward`` (which runs without the model's own hooks). Other concrete tensors the
+  forward uses (non-persistent buffers, tensors made from data) become constants;
+- the output: the returned tensor, or a tuple, list or dict of them (lists become tuples).
+
+Module hooks run as they do eagerly, and the module's train/eval mode is used as it is (dropout
+is recorded only in training). A random op records the seed it drew from the global generator,
+as eagerly; the compiled path will need fresh seeds per call (a later issue).
+
+Tracing leaves the model as it was: no parameter or buffer is written (an in-place write gives
+the tensor a new graph value; the graph has no state updates yet, so a TraceWarning says so),
+module attributes that forward sets to traced tensors are put back (with a TraceWarning), the
+training flag is not touched, and no trace state remains after an error. The graph is
+verified before it is returned.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+import warnings
+
+from ..ir.graph import Graph
+from ..ir.types import TensorType
+from ..ir.verifier import verify
+from . import trace_state
+from .inplace import refresh_view
+from .tensor import Tensor
+from .trace_state import TraceError, TraceState, TraceWarning
+
+__all__ = ["trace", "TraceError", "TraceWarning"]
+
+_BAD_NAME_CHARS = re.compile(r'[\s,():=\[\]{}"%@]')
+
+
+def trace(fn_or_module, *example_inputs, **example_kwargs) -> Graph:
+    """Record ``fn_or_module(*example_inputs, **example_kwargs)`` as a Graph."""
+    if not callable(fn_or_module):
+        raise TypeError(f"trace: expected a Module or a function, got "
+                        f"{type(fn_or_module).__name__}")
+    module = fn_or_module if _is_module(fn_or_module) else None
+    forward = module.forward if module is not None else fn_or_module
+    if inspect.ismethod(fn_or_module) and _is_module(fn_or_module.__self__):
+        module = fn_or_module.__self__  # model.forward: the model's state, without its hooks
+    state = TraceState(Graph(_graph_name(fn_or_module if module is None else module)))
+    if module is not None:
+        _bind_module_state(state, module)
+    args, kwargs = _symbolic_arguments(state, forward, example_inputs, example_kwargs)
+    saved = _snapshot(module)
+    try:
+        with trace_state.activate(state):
+            result = fn_or_module(*args, **kwargs)
+            state.graph.outputs = _output_structure(state, result, "the output")
+    finally:
+        restored = _restore(saved)
+    _warn_about_side_effects(state, restored)
+    return verify(state.graph)
+
+
+def _is_module(obj) -> bool:
+    """A graphnn Module (duck-typed: the frontend does not import ``graphnn.nn``)."""
+    return all(callable(getattr(obj, name, None))
+               for name in ("forward", "state_dict", "parameters", "modules"))
+
+
+def _graph_name(obj) -> str:
+    name = type(obj).__name__ if _is_module(obj) else getattr(obj, "__name__", "graph")
+    name = re.sub(r"\W", "_", name)
+    return name if name and not name[0].isdigit() else f"_{name}"
+
+
+def _bind_module_state(state: TraceState, module) -> None:
+    """Bind every parameter and persistent buffer to a graph parameter named by its key."""
+    params = {id(p) for p in module.parameters()}
+    for key, t in module.state_dict(keep_vars=True).items():
+        if not isinstance(t, Tensor) or state.symbol(t) is not None:
+            continue
+        kind = "param" if id(t) in params else "buffer"
+        value = state.graph.add_param(key, TensorType(tuple(t.shape), t.dtype), kind)
+        state.bind(t, value, f"{kind} '{key}'")
+
+
+def _symbolic_arguments(state: TraceState, forward, args, kwargs):
+    """The call's arguments with every tensor replaced by a symbolic graph input."""
+    taken = {v.name for v in state.graph.params}
+
+    def lift(name, value):
+        if isinstance(value, Tensor):
+            name = _BAD_NAME_CHARS.sub("_", str(name))
+            while name in taken:
+                name += "_"
+            taken.add(name)
+            t = trace_state.symbolic(state.graph.add_input(
+                name, TensorType(tuple(value.shape), value.dtype)))
+            state.state_names[id(t)] = f"input '{name}'"
+            return t
+        if isinstance(value, (tuple, list)):
+            items = [lift(f"{name}_{i}", v) for i, v in enumerate(value)]
+            return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+        if isinstance(value, dict):
+            return {k: lift(f"{name}_{k}", v) for k, v in value.items()}
+        return value
+
+    try:
+        signature = inspect.signature(forward)
+    except (TypeError, ValueError):  # no signature: name inputs by position
+        return ([lift(f"input_{i}", v) for i, v in enumerate(args)],
+                {k: lift(k, v) for k, v in kwargs.items()})
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"trace: the example inputs do not fit "
+                        f"{getattr(forward, '__qualname__', 'forward')}{signature}: {e}") from None
+    for name, value in bound.arguments.items():
+        kind = signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            bound.arguments[name] = tuple(lift(f"{name}_{i}", v) for i, v in enumerate(value))
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            bound.arguments[name] = {k: lift(k, v) for k, v in value.items()}
+        else:
+            bound.arguments[name] = lift(name, value)
+    return bound.args, bound.kwargs
+
+
+def _output_structure(state: TraceState, result, where: str):
+    if isinstance(result, Tensor):
+        if result._view is not None:  # a view made before a later write sees it
+            refresh_view(result)
+        return state.value(result)
+    if result is None:
+        return None
+    if isinstance(result, (tuple, list)):
+        return tuple(_output_structure(state, v, f"{where}[{i}]") for i, v in enumerate(result))
+    if isinstance(result, dict):
+        return {k: _output_structure(state, v, f"{where}[{k!r}]") for k, v in result.items()}
+    raise TraceError(f"trace: {where} is a {type(result).__name__}; a traced forward must return "
+                     f"a tensor, or a tuple, list or dict of tensors")
+
+
+# ---- leaving the model as it was ---------------------------------------------------------------
+
+def _snapshot(module) -> list:
+    if module is None:
+        return []
+    return [(path, m, dict(m.__dict__), dict(m._parameters), dict(m._buffers))
+            for path, m in module.named_modules()]
+
+
+_MISSING = object()
+
+
+def _restore(saved) -> list:
+    """Put back what forward changed in parameters and buffers, and module attributes it set
+    to symbolic tensors; returns the names put back."""
+    restored = []
+    for path, m, attrs, params, buffers in saved:
+        for table, before, any_change in ((m.__dict__, attrs, False),
+                                          (m._parameters, params, True),
+                                          (m._buffers, buffers, True)):
+            for key in set(table) | set(before):
+                old, new = before.get(key, _MISSING), table.get(key, _MISSING)
+                symbolic = isinstance(new, Tensor) and new._symbol is not None
+                if old is new or not (any_change or symbolic):
+                    continue
+                if old is _MISSING:
+                    del table[key]
+                else:
+                    table[key] = old
+                restored.append(f"'{path}.{key}'" if path else f"'{key}'")
+    return restored
+
+
+def _warn_about_side_effects(state: TraceState, restored) -> None:
+    if state.writes:
+        warnings.warn(TraceWarning(
+            f"trace: the forward writes in place to {', '.join(state.writes)}; the graph uses "
+            f"the written values but does not write them back (the IR has no state updates "
+            f"yet), and tracing left the tensors unchanged"), stacklevel=3)
+    if restored:
+        warnings.warn(TraceWarning(
+            f"trace: the forward assigned module attribute(s) {', '.join(restored)}; tracing "
+            f"put the previous values back (the IR has no state updates yet)"), stacklevel=3)
