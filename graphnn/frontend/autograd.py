@@ -265,5 +265,8 @@ def _accumulate(node, g, create_graph):
         g = g.detach()
     if t.grad is None:
         t.grad = g if create_graph else g.clone()
-    else:
+    elif create_graph or t.grad.requires_grad:
         t.grad = t.grad + g
+    else:  # PyTorch adds into the existing .grad object, which optimizers may hold
+        with set_grad_enabled(False):
+            t.grad.add_(g)

@@ -5,4 +5,4 @@ from .hooks import (register_module_forward_hook, register_module_forward_pre_ho
                     register_module_full_backward_hook, register_module_full_backward_pre_hook)
 from .layers import *  # noqa: F401,F403
 from .module import Module
-from .parameter import Parameter
+from .parameter import Buffer, Parameter

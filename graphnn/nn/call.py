@@ -1,8 +1,9 @@
 """What ``module(*args)`` does: hooks around ``forward``, run under the module's path.
 
-The root call computes every descendant's path once (``named_modules``); nested calls look
-theirs up, so errors and traced nodes name ``features.0`` rather than a class. A graphnn error
-raised inside a forward is prefixed once, by the innermost module, with that module and path.
+The root call computes every descendant's path once (``named_modules``, so a module reachable
+twice keeps its first path); nested calls look theirs up, so errors and traced nodes name
+``features.0`` rather than a class. A graphnn error raised inside a forward is prefixed once,
+by the innermost module, with that module and path; the module tree is left as it was.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import threading
 import warnings
 
 from ..frontend.scope import current_module_path, module_scope
+from ..frontend.tensor import Tensor
 from ..ir.errors import GraphnnError
 from . import hooks as H
 
@@ -18,7 +20,7 @@ _paths = threading.local()
 
 def _path_of(module) -> str:
     if current_module_path() is None:
-        _paths.table = {id(m): p for p, m in module.named_modules(remove_duplicate=False)}
+        _paths.table = {id(m): p for p, m in module.named_modules()}
         return ""
     table = getattr(_paths, "table", {})
     return table.get(id(module), current_module_path())
@@ -51,8 +53,9 @@ def _forward_hooks(module):
     return (*H.global_forward_hooks.items(), *module._forward_hooks.items())
 
 
-def _run_one_forward_hook(module, hook_id, hook, args, kwargs, result):
-    if hook_id in module._forward_hooks_with_kwargs:
+def _run_forward_hook(module, hook_id, hook, args, kwargs, result):
+    if hook_id in module._forward_hooks_with_kwargs or \
+            hook_id in H.global_forward_hooks_with_kwargs:
         out = hook(module, args, kwargs, result)
     else:
         out = hook(module, args, result)
@@ -64,41 +67,62 @@ def _always_called(module, hook_id) -> bool:
         hook_id in H.global_forward_hooks_always_called
 
 
+def _backward_hook(module):
+    hooks = [*H.global_backward_hooks.values(), *module._backward_hooks.values()]
+    pre_hooks = [*H.global_backward_pre_hooks.values(), *module._backward_pre_hooks.values()]
+    return H.BackwardHook(module, hooks, pre_hooks) if hooks or pre_hooks else None
+
+
+class _Call:
+    """One call's state, so the always-called forward hooks can run when forward raises."""
+
+    def __init__(self, module, args, kwargs):
+        self.module, self.args, self.kwargs = module, args, kwargs
+        self.result = None
+        self.called = set()
+
+    def run(self):
+        module = self.module
+        self.args, self.kwargs = _run_pre_hooks(module, self.args, self.kwargs)
+        bw = _backward_hook(module)
+        if bw is not None:
+            self.args = bw.setup_input_hook(self.args)
+        self.result = module.forward(*self.args, **self.kwargs)
+        for hook_id, hook in _forward_hooks(module):
+            self.called.add(hook_id)
+            self.result = _run_forward_hook(module, hook_id, hook, self.args, self.kwargs,
+                                            self.result)
+        if bw is not None:
+            if not isinstance(self.result, (Tensor, tuple)):
+                warnings.warn(f"For backward hooks to be called, module output should be a "
+                              f"Tensor or a tuple of Tensors but received "
+                              f"{type(self.result)}")
+            self.result = bw.setup_output_hook(self.result)
+        return self.result
+
+    def run_always_called_hooks(self):
+        for hook_id, hook in _forward_hooks(self.module):
+            if hook_id in self.called or not _always_called(self.module, hook_id):
+                continue
+            try:
+                self.result = _run_forward_hook(self.module, hook_id, hook, self.args,
+                                                self.kwargs, self.result)
+            except Exception as e:  # the forward's own error is the one to report
+                warnings.warn(f"module forward hook with ``always_call=True`` raised an "
+                              f"exception that was silenced as another error was raised in "
+                              f"forward: {e}")
+
+
 def call_module(module, args, kwargs):
     path = _path_of(module)
+    call = _Call(module, args, kwargs)
     with module_scope(path):
-        called, result = set(), None
         try:
-            args, kwargs = _run_pre_hooks(module, args, kwargs)
-            backward_hooks = [*H.global_backward_hooks.values(), *module._backward_hooks.values()]
-            backward_pre = [*H.global_backward_pre_hooks.values(),
-                            *module._backward_pre_hooks.values()]
-            bw = H.BackwardHook(module, backward_hooks, backward_pre) \
-                if backward_hooks or backward_pre else None
-            if bw is not None:
-                args = bw.setup_input_hook(args)
-            result = module.forward(*args, **kwargs)
-            for hook_id, hook in _forward_hooks(module):
-                called.add(hook_id)
-                result = _run_one_forward_hook(module, hook_id, hook, args, kwargs, result)
-            if bw is not None:
-                result = bw.setup_output_hook(result)
-            return result
+            return call.run()
         except Exception as error:
-            _run_always_called_hooks(module, called, args, kwargs, result)
-            if isinstance(error, GraphnnError) and not getattr(error, "module_path", None):
+            call.run_always_called_hooks()
+            if isinstance(error, GraphnnError) and getattr(error, "module_path", None) is None:
                 error.module_path = path
                 first = error.args[0] if error.args else ""
                 error.args = (f"{describe(module, path)}: {first}",) + error.args[1:]
             raise
-
-
-def _run_always_called_hooks(module, called, args, kwargs, result):
-    for hook_id, hook in _forward_hooks(module):
-        if hook_id in called or not _always_called(module, hook_id):
-            continue
-        try:
-            result = _run_one_forward_hook(module, hook_id, hook, args, kwargs, result)
-        except Exception as e:  # the forward's own error is the one to report
-            warnings.warn(f"forward hook with always_call=True raised an exception that was "
-                          f"silenced as another error was raised in forward: {e}")

@@ -1,27 +1,77 @@
-"""Containers: Sequential, ModuleList, ModuleDict, ParameterList, ParameterDict.
+"""Containers: Sequential, ModuleList, ModuleDict (here) and ParameterList, ParameterDict
+(``parameter_container``, re-exported here).
 
 Children are stored under their index ("0", "1", ...) or key, so parameter names and state_dict
-keys read ``layers.0.weight`` exactly as in PyTorch.
+keys read ``layers.0.weight`` exactly as in PyTorch; indexing, editing, reprs and errors follow
+PyTorch's containers.
 """
 from __future__ import annotations
 
 import operator
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from ..frontend.tensor import Tensor
-from .module import Module, ModuleTypeError, _addindent
-from .parameter import Parameter
+from ..ir.errors import GraphnnError
+from .module import Module, ModuleTypeError, ModuleValueError, _addindent, typename
+
+__all__ = ["ModuleDict", "ModuleList", "ParameterDict", "ParameterList", "Sequential"]
 
 
-def _index(n: int, idx, kind: str) -> int:
+class ContainerIndexError(GraphnnError, IndexError):
+    """An index outside a container."""
+
+
+class InsertTypeError(GraphnnError, TypeError, AssertionError):
+    """A non-Module given to ``Sequential.insert`` (an AssertionError in PyTorch)."""
+
+
+def _abs_index(n: int, idx) -> int:
     idx = operator.index(idx)
     if not -n <= idx < n:
-        raise IndexError(f"index {idx} is out of range for {kind} of length {n}")
+        raise ContainerIndexError(f"index {idx} is out of range")
     return idx % n
 
 
-class Sequential(Module):
+def _renumber(module: Module) -> None:
+    """Name the children "0".."n-1" in their current order (after a deletion or insertion)."""
+    values = list(module._modules.values())
+    module._modules.clear()
+    module._modules.update((str(i), m) for i, m in enumerate(values))
+
+
+def _insert(module: Module, index: int, child) -> None:
+    n = len(module._modules)
+    if not -n <= index <= n:
+        raise ContainerIndexError(f"Index out of range: {index}")
+    values = list(module._modules.values())
+    values.insert(index + n if index < 0 else index, child)
+    module._modules.clear()
+    module._modules.update((str(i), m) for i, m in enumerate(values))
+
+
+def _check_iterable(kind: str, values, what: str = "an iterable") -> None:
+    if not isinstance(values, Iterable) or isinstance(values, Tensor):
+        raise ModuleTypeError(f"{kind} should be called with {what}, but got "
+                              f"{type(values).__name__}")
+
+
+class _IndexedModules(Module):
+    """What Sequential and ModuleList share: length, iteration, pop."""
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def pop(self, key):
+        value = self[key]
+        del self[key]
+        return value
+
+
+class Sequential(_IndexedModules):
     """Modules called in order, each on the previous one's output."""
 
     def __init__(self, *args):
@@ -33,64 +83,74 @@ class Sequential(Module):
             for i, module in enumerate(args):
                 self.add_module(str(i), module)
 
-    def _keys(self):
-        return list(self._modules)
+    def _key(self, idx) -> str:
+        return list(self._modules)[_abs_index(len(self), idx)]
 
     def __getitem__(self, idx):
         if isinstance(idx, slice):
             return type(self)(OrderedDict(list(self._modules.items())[idx]))
-        return self._modules[self._keys()[_index(len(self), idx, "Sequential")]]
+        return self._modules[self._key(idx)]
 
     def __setitem__(self, idx, module) -> None:
-        setattr(self, self._keys()[_index(len(self), idx, "Sequential")], module)
+        setattr(self, self._key(idx), module)
 
     def __delitem__(self, idx) -> None:
-        keys = self._keys()[idx] if isinstance(idx, slice) else \
-            [self._keys()[_index(len(self), idx, "Sequential")]]
+        keys = list(self._modules)[idx] if isinstance(idx, slice) else [self._key(idx)]
         for key in keys:
             delattr(self, key)
-        self._renumber()
+        _renumber(self)
 
-    def _renumber(self) -> None:
-        """Keep integer keys consecutive after a deletion or insertion, as PyTorch does."""
-        modules = list(self._modules.values())
-        self._modules.clear()
-        for i, module in enumerate(modules):
-            self._modules[str(i)] = module
+    def _check_sequential(self, other) -> None:
+        if not isinstance(other, Sequential):
+            raise ModuleValueError(f"add operator supports only objects of Sequential class, "
+                                   f"but {type(other)} is given.")
 
-    def __len__(self) -> int:
-        return len(self._modules)
+    def __add__(self, other) -> Sequential:
+        self._check_sequential(other)
+        return Sequential().extend(self).extend(other)
 
-    def __iter__(self):
-        return iter(self._modules.values())
+    def __iadd__(self, other) -> Sequential:
+        self._check_sequential(other)
+        return self.extend(other)
 
-    def append(self, module) -> "Sequential":
+    def _check_factor(self, other) -> None:
+        if not isinstance(other, int):
+            raise ModuleTypeError(f"unsupported operand type(s) for *: {type(self)} and "
+                                  f"{type(other)}")
+        if other <= 0:
+            raise ModuleValueError(f"Non-positive multiplication factor {other} for "
+                                   f"{type(self)}")
+
+    def __mul__(self, other: int) -> Sequential:
+        self._check_factor(other)
+        combined = Sequential()
+        for _ in range(other):
+            combined.extend(self)
+        return combined
+
+    __rmul__ = __mul__
+
+    def __imul__(self, other: int) -> Sequential:
+        self._check_factor(other)
+        modules = list(self)
+        for _ in range(other - 1):
+            self.extend(modules)
+        return self
+
+    def append(self, module) -> Sequential:
         self.add_module(str(len(self)), module)
         return self
 
-    def insert(self, index: int, module) -> "Sequential":
+    def insert(self, index: int, module) -> Sequential:
         if not isinstance(module, Module):
-            raise ModuleTypeError(f"module should be of type: Module, got {type(module).__name__}")
-        n = len(self)
-        if not -n <= index <= n:
-            raise IndexError(f"Index out of range: {index}")
-        index = index + n if index < 0 else index
-        modules = list(self._modules.values())
-        modules.insert(index, module)
-        self._modules.clear()
-        for i, m in enumerate(modules):
-            self._modules[str(i)] = m
+            raise InsertTypeError(f"module should be of type: {Module}")
+        _insert(self, index, module)
         return self
 
-    def extend(self, sequential) -> "Sequential":
+    def extend(self, sequential) -> Sequential:
         for module in sequential:
             self.append(module)
         return self
-
-    def pop(self, idx: int = -1):
-        module = self[idx]
-        del self[idx]
-        return module
 
     def forward(self, input):
         for module in self:
@@ -98,7 +158,7 @@ class Sequential(Module):
         return input
 
 
-class ModuleList(Module):
+class ModuleList(_IndexedModules):
     """A list of modules whose parameters belong to the owner; it has no forward."""
 
     def __init__(self, modules=None):
@@ -109,66 +169,74 @@ class ModuleList(Module):
     def __getitem__(self, idx):
         if isinstance(idx, slice):
             return type(self)(list(self._modules.values())[idx])
-        return self._modules[str(_index(len(self), idx, "ModuleList"))]
+        return self._modules[str(_abs_index(len(self), idx))]
 
     def __setitem__(self, idx, module) -> None:
-        setattr(self, str(_index(len(self), idx, "ModuleList")), module)
+        setattr(self, str(_abs_index(len(self), idx)), module)
 
     def __delitem__(self, idx) -> None:
-        modules = list(self._modules.values())
-        del modules[idx if isinstance(idx, slice) else _index(len(self), idx, "ModuleList")]
-        self._modules.clear()
-        for i, m in enumerate(modules):
-            self._modules[str(i)] = m
+        keys = [str(i) for i in range(len(self))[idx]] if isinstance(idx, slice) else \
+            [str(_abs_index(len(self), idx))]
+        for key in keys:
+            delattr(self, key)
+        _renumber(self)
 
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
-    def __iadd__(self, modules):
+    def __iadd__(self, modules) -> ModuleList:
         return self.extend(modules)
 
-    def append(self, module) -> "ModuleList":
+    def __add__(self, other) -> ModuleList:
+        return ModuleList().extend(self).extend(other)
+
+    def append(self, module) -> ModuleList:
         self.add_module(str(len(self)), module)
         return self
 
-    def extend(self, modules) -> "ModuleList":
+    def extend(self, modules) -> ModuleList:
+        _check_iterable("ModuleList.extend", modules)
         for module in modules:
             self.append(module)
         return self
 
     def insert(self, index: int, module) -> None:
-        modules = list(self._modules.values())
-        modules.insert(index, module)
-        self._modules.clear()
-        for i, m in enumerate(modules):
-            self.add_module(str(i), m)
-
-    def pop(self, idx: int = -1):
-        module = self[idx]
-        del self[idx]
-        return module
+        if not isinstance(module, Module):
+            raise ModuleTypeError(f"{typename(module)} is not a Module subclass")
+        _insert(self, index, module)
 
     def __repr__(self):
-        """Runs of identical children print once, as ``(0-2): 3 x Linear(...)``."""
-        items = list(self._modules.items())
-        if not items:
-            return self._get_name() + "()"
+        """Runs of children with the same repr print once, as ``(0-2): 3 x Linear(...)``."""
+        items = [(key, repr(module)) for key, module in self._modules.items()]
         lines, start = [], 0
         while start < len(items):
             end = start
-            text = repr(items[start][1])
-            while end + 1 < len(items) and repr(items[end + 1][1]) == text:
+            while end + 1 < len(items) and items[end + 1][1] == items[start][1]:
                 end += 1
-            if end > start:
-                lines.append(f"({items[start][0]}-{items[end][0]}): {end - start + 1} x "
-                             f"{_addindent(text, 2)}")
-            else:
-                lines.append(f"({items[start][0]}): {_addindent(text, 2)}")
+            label = f"({items[start][0]}-{items[end][0]}): {end - start + 1} x " \
+                if end > start else f"({items[start][0]}): "
+            lines.append(label + _addindent(items[start][1], 2))
             start = end + 1
-        return self._get_name() + "(\n  " + "\n  ".join(lines) + "\n)"
+        body = "\n  " + "\n  ".join(lines) + "\n" if lines else ""
+        return f"{self._get_name()}({body})"
+
+
+def _update_pairs(kind: str, values, ordered_types):
+    """The (key, value) pairs of ``values`` as PyTorch's update() takes them: instances of
+    ``ordered_types`` in their order, other mappings sorted by key, else a sequence of pairs."""
+    _check_iterable(f"{kind}.update", values, "an iterable of key/value pairs")
+    if isinstance(values, ordered_types):
+        return list(values.items())
+    if isinstance(values, Mapping):
+        return sorted(values.items())
+    pairs = []
+    for j, pair in enumerate(values):
+        if not isinstance(pair, Iterable):
+            raise ModuleTypeError(f"{kind} update sequence element #{j} should be Iterable; "
+                                  f"is{type(pair).__name__}")
+        pair = tuple(pair)
+        if len(pair) != 2:
+            raise ModuleValueError(f"{kind} update sequence element #{j} has length "
+                                   f"{len(pair)}; 2 is required")
+        pairs.append(pair)
+    return pairs
 
 
 class ModuleDict(Module):
@@ -215,127 +283,9 @@ class ModuleDict(Module):
         return module
 
     def update(self, modules) -> None:
-        pairs = modules.items() if isinstance(modules, Mapping) else modules
-        for i, pair in enumerate(pairs):
-            if isinstance(modules, Mapping):
-                key, module = pair
-            else:
-                if len(pair) != 2:
-                    raise ModuleTypeError(f"ModuleDict update sequence element #{i} has length "
-                                          f"{len(pair)}; 2 is required")
-                key, module = pair
+        for key, module in _update_pairs("ModuleDict", modules, (Mapping, ModuleDict)):
             self[key] = module
 
 
-def _param_line(p) -> str:
-    size = "x".join(str(s) for s in p.shape)
-    kind = "Parameter containing" if isinstance(p, Parameter) else "Tensor"
-    return f"{kind}: [graphnn.{p.dtype.name} of size {size}]"
-
-
-def _parameters_repr(self) -> str:
-    """ParameterList/ParameterDict layout: one indented line per parameter."""
-    body = self.extra_repr()
-    return self._get_name() + ("(\n    " + body.replace("\n", "\n    ") + "\n)" if body else "()")
-
-
-def _as_parameter(value):
-    if isinstance(value, Tensor) and not isinstance(value, Parameter):
-        return Parameter(value)
-    return value
-
-
-class ParameterList(Module):
-    """A list of parameters registered under "0", "1", ... (tensors become Parameters)."""
-
-    def __init__(self, values=None):
-        super().__init__()
-        self._size = 0
-        if values is not None:
-            self.extend(values)
-
-    def __getitem__(self, idx):
-        if isinstance(idx, slice):
-            return ParameterList([self[i] for i in range(len(self))[idx]])
-        return getattr(self, str(_index(len(self), idx, "ParameterList")))
-
-    def __setitem__(self, idx, param) -> None:
-        setattr(self, str(_index(len(self), idx, "ParameterList")), _as_parameter(param))
-
-    def __len__(self) -> int:
-        return self._size
-
-    def __iter__(self):
-        return (self[i] for i in range(len(self)))
-
-    def __iadd__(self, values):
-        return self.extend(values)
-
-    def append(self, value) -> "ParameterList":
-        self._size += 1
-        setattr(self, str(self._size - 1), _as_parameter(value))
-        return self
-
-    def extend(self, values) -> "ParameterList":
-        for value in values:
-            self.append(value)
-        return self
-
-    def extra_repr(self) -> str:
-        return "\n".join(f"({i}): {_param_line(p)}" for i, p in enumerate(self))
-
-    __repr__ = _parameters_repr
-
-
-class ParameterDict(Module):
-    """A dict of parameters; a plain dict given at once is added in sorted key order."""
-
-    def __init__(self, parameters=None):
-        super().__init__()
-        self._keys: dict = {}
-        if parameters is not None:
-            self.update(parameters)
-
-    def __getitem__(self, key: str):
-        return getattr(self, key)
-
-    def __setitem__(self, key: str, value) -> None:
-        self._keys[key] = None
-        setattr(self, key, _as_parameter(value))
-
-    def __delitem__(self, key: str) -> None:
-        del self._keys[key]
-        delattr(self, key)
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def __iter__(self):
-        return iter(self._keys)
-
-    def __contains__(self, key) -> bool:
-        return key in self._keys
-
-    def keys(self):
-        return self._keys.keys()
-
-    def items(self):
-        return ((k, self[k]) for k in self._keys)
-
-    def values(self):
-        return (self[k] for k in self._keys)
-
-    def update(self, parameters) -> None:
-        if isinstance(parameters, (OrderedDict, ParameterDict)):
-            pairs = list(parameters.items())
-        elif isinstance(parameters, Mapping):
-            pairs = sorted(parameters.items())
-        else:
-            pairs = list(parameters)
-        for key, value in pairs:
-            self[key] = value
-
-    def extra_repr(self) -> str:
-        return "\n".join(f"({k}): {_param_line(p)}" for k, p in self.items())
-
-    __repr__ = _parameters_repr
+# the parameter containers use the helpers above; importing them last keeps one import path
+from .parameter_container import ParameterDict, ParameterList  # noqa: E402

@@ -4,6 +4,7 @@ Parameters, buffers and submodules are registered by attribute assignment and ke
 dicts, so traversal order, names and state_dict keys match PyTorch. ``__call__`` runs the
 forward hooks, the full backward hook plumbing and the forward under the module's path, and
 prefixes graphnn errors raised inside with that path (``Conv2d at 'features.0': ...``).
+Errors use PyTorch's messages, with ``torch`` read as ``graphnn``.
 """
 from __future__ import annotations
 
@@ -11,9 +12,15 @@ from collections import OrderedDict
 
 from ..frontend.tensor import Tensor
 from ..ir.errors import GraphnnError, UnsupportedError
-from . import hooks as H
-from .module_state import StateDictMixin
-from .parameter import Parameter
+from .call import call_module
+from .hooks import HookMixin
+from .module_state import StateMixin
+from .parameter import Buffer, Parameter
+
+_LEGACY_TENSOR_TYPES = {"float32": "FloatTensor", "float64": "DoubleTensor",
+                        "float16": "HalfTensor", "int64": "LongTensor", "int32": "IntTensor",
+                        "int16": "ShortTensor", "int8": "CharTensor", "uint8": "ByteTensor",
+                        "bool": "BoolTensor"}
 
 
 class ModuleAttributeError(GraphnnError, AttributeError):
@@ -24,6 +31,10 @@ class ModuleTypeError(GraphnnError, TypeError):
     """A value of the wrong type assigned or registered on a Module."""
 
 
+class ModuleValueError(GraphnnError, ValueError):
+    """A bad value given to a Module method (training mode, non-leaf parameter...)."""
+
+
 class ModuleKeyError(GraphnnError, KeyError):
     """A bad name given to ``register_*``/``add_module``."""
 
@@ -31,11 +42,20 @@ class ModuleKeyError(GraphnnError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-def _check_name(kind: str, module, name) -> None:
+def typename(obj) -> str:
+    """``torch.typename``: ``graphnn.FloatTensor`` for tensors, else the dotted type name."""
+    if isinstance(obj, Tensor):
+        return "graphnn." + _LEGACY_TENSOR_TYPES[obj.dtype.name]
+    cls = type(obj)
+    return cls.__qualname__ if cls.__module__ == "builtins" else \
+        f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _check_name(kind: str, name, dotted_suffix: str = "") -> None:
     if not isinstance(name, str):
-        raise ModuleTypeError(f"{kind} name should be a string. Got {type(name).__name__}")
+        raise ModuleTypeError(f"{kind} name should be a string. Got {typename(name)}")
     if "." in name:
-        raise ModuleKeyError(f'{kind} name can\'t contain ".", got: {name}')
+        raise ModuleKeyError(f'{kind} name can\'t contain "."{dotted_suffix}')
     if name == "":
         raise ModuleKeyError(f'{kind} name can\'t be empty string ""')
 
@@ -45,62 +65,68 @@ def _addindent(text: str, spaces: int) -> str:
     return "\n".join([lines[0]] + [" " * spaces + line for line in lines[1:]])
 
 
-class Module(StateDictMixin):
+_REGISTRIES = ("_parameters", "_buffers", "_modules")
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
+               "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_backward_pre_hooks",
+               "_backward_hooks", "_state_dict_hooks", "_state_dict_pre_hooks",
+               "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
+
+
+class Module(HookMixin, StateMixin):
     """Base class for all neural network modules; subclasses define ``forward``."""
 
     training: bool
     _version: int = 1
+    dump_patches: bool = False
+    call_super_init: bool = False
 
     def __init__(self, *args, **kwargs):
-        if args or kwargs:
-            raise ModuleTypeError(f"{type(self).__name__}.__init__() got unexpected arguments")
-        for name, value in (("training", True), ("_parameters", OrderedDict()),
-                            ("_buffers", OrderedDict()), ("_non_persistent_buffers_set", set()),
-                            ("_modules", OrderedDict()), ("_forward_pre_hooks", OrderedDict()),
-                            ("_forward_pre_hooks_with_kwargs", OrderedDict()),
-                            ("_forward_hooks", OrderedDict()),
-                            ("_forward_hooks_with_kwargs", OrderedDict()),
-                            ("_forward_hooks_always_called", OrderedDict()),
-                            ("_backward_pre_hooks", OrderedDict()),
-                            ("_backward_hooks", OrderedDict()),
-                            ("_state_dict_hooks", OrderedDict()),
-                            ("_state_dict_pre_hooks", OrderedDict()),
-                            ("_load_state_dict_pre_hooks", OrderedDict()),
-                            ("_load_state_dict_post_hooks", OrderedDict())):
-            object.__setattr__(self, name, value)
+        if kwargs:
+            raise ModuleTypeError(f"{type(self).__name__}.__init__() got an unexpected keyword "
+                                  f"argument '{next(iter(kwargs))}'")
+        if args:
+            raise ModuleTypeError(f"{type(self).__name__}.__init__() takes 1 positional "
+                                  f"argument but {len(args) + 1} were given")
+        object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_non_persistent_buffers_set", set())
+        for name in _REGISTRIES + _HOOK_DICTS:
+            object.__setattr__(self, name, OrderedDict())
 
     def forward(self, *args, **kwargs):
         raise UnsupportedError(f'Module [{type(self).__name__}] is missing the required '
                                f'"forward" function')
 
-    # ---- registration -------------------------------------------------------------------------
+    # ---- registration --------------------------------------------------------------------------
+
+    def _check_free(self, name: str, registry: str) -> None:
+        if hasattr(self, name) and name not in self.__dict__[registry]:
+            raise ModuleKeyError(f"attribute '{name}' already exists")
 
     def register_parameter(self, name: str, param) -> None:
         """Add ``param`` (a Parameter, or None to reserve the name) as parameter ``name``."""
         if "_parameters" not in self.__dict__:
             raise ModuleAttributeError("cannot assign parameter before Module.__init__() call")
-        _check_name("parameter", self, name)
-        if hasattr(self, name) and name not in self._parameters:
-            raise ModuleKeyError(f"attribute '{name}' already exists")
+        _check_name("parameter", name)
+        self._check_free(name, "_parameters")
         if param is not None and not isinstance(param, Parameter):
-            raise ModuleTypeError(f"cannot assign '{type(param).__name__}' object to parameter "
+            raise ModuleTypeError(f"cannot assign '{typename(param)}' object to parameter "
                                   f"'{name}' (graphnn.nn.Parameter or None required)")
         if param is not None and param.grad_fn is not None:
-            raise ModuleTypeError(f"Cannot assign non-leaf Tensor to parameter '{name}'. Model "
-                                  f"parameters must be created explicitly. To express '{name}' "
-                                  f"as a function of another Tensor, compute the value in the "
-                                  f"forward() method.")
+            raise ModuleValueError(f"Cannot assign non-leaf Tensor to parameter '{name}'. Model "
+                                   f"parameters must be created explicitly. To express '{name}' "
+                                   f"as a function of another Tensor, compute the value in the "
+                                   f"forward() method.")
         self._parameters[name] = param
 
     def register_buffer(self, name: str, tensor, persistent: bool = True) -> None:
-        """Add a tensor (or None) that is state but not a parameter (e.g. running mean)."""
+        """Add a tensor (or None) that is state but not a parameter (e.g. running mean);
+        a non-persistent buffer is left out of ``state_dict``."""
         if "_buffers" not in self.__dict__:
             raise ModuleAttributeError("cannot assign buffer before Module.__init__() call")
-        _check_name("buffer", self, name)
-        if hasattr(self, name) and name not in self._buffers:
-            raise ModuleKeyError(f"attribute '{name}' already exists")
+        _check_name("buffer", name)
+        self._check_free(name, "_buffers")
         if tensor is not None and not isinstance(tensor, Tensor):
-            raise ModuleTypeError(f"cannot assign '{type(tensor).__name__}' object to buffer "
+            raise ModuleTypeError(f"cannot assign '{typename(tensor)}' object to buffer "
                                   f"'{name}' (graphnn Tensor or None required)")
         self._buffers[name] = tensor
         if persistent:
@@ -111,63 +137,63 @@ class Module(StateDictMixin):
     def add_module(self, name: str, module) -> None:
         """Add ``module`` (or None) as child ``name``; it is then reachable as an attribute."""
         if module is not None and not isinstance(module, Module):
-            raise ModuleTypeError(f"{type(module).__name__} is not a Module subclass")
-        _check_name("module", self, name)
-        if hasattr(self, name) and name not in self._modules:
-            raise ModuleKeyError(f"attribute '{name}' already exists")
+            raise ModuleTypeError(f"{typename(module)} is not a Module subclass")
+        _check_name("module", name, f", got: {name}")
+        self._check_free(name, "_modules")
         self._modules[name] = module
 
     register_module = add_module
 
     def __setattr__(self, name: str, value) -> None:
-        params = self.__dict__.get("_parameters")
+        d = self.__dict__
         if isinstance(value, Parameter):
-            if params is None:
+            if "_parameters" not in d:
                 raise ModuleAttributeError("cannot assign parameters before Module.__init__() "
                                            "call")
             self._forget(name, keep="_parameters")
             self.register_parameter(name, value)
-        elif params is not None and name in params:
+        elif "_parameters" in d and name in d["_parameters"]:
             if value is not None:
-                raise ModuleTypeError(f"cannot assign '{type(value).__name__}' as parameter "
-                                      f"'{name}' (graphnn.nn.Parameter or None expected)")
+                raise ModuleTypeError(f"cannot assign '{typename(value)}' as parameter '{name}' "
+                                      f"(graphnn.nn.Parameter or None expected)")
             self.register_parameter(name, value)
         elif isinstance(value, Module):
-            if self.__dict__.get("_modules") is None:
+            if "_modules" not in d:
                 raise ModuleAttributeError("cannot assign module before Module.__init__() call")
             self._forget(name, keep="_modules")
-            self._modules[name] = value
-        elif self.__dict__.get("_modules") is not None and name in self._modules:
+            d["_modules"][name] = value
+        elif "_modules" in d and name in d["_modules"]:
             if value is not None:
-                raise ModuleTypeError(f"cannot assign '{type(value).__name__}' as child module "
+                raise ModuleTypeError(f"cannot assign '{typename(value)}' as child module "
                                       f"'{name}' (graphnn.nn.Module or None expected)")
-            self._modules[name] = value
-        elif self.__dict__.get("_buffers") is not None and name in self._buffers:
+            d["_modules"][name] = value
+        elif isinstance(value, Buffer) or ("_buffers" in d and name in d["_buffers"]):
             if value is not None and not isinstance(value, Tensor):
-                raise ModuleTypeError(f"cannot assign '{type(value).__name__}' as buffer "
-                                      f"'{name}' (graphnn.Tensor or None expected)")
-            self._buffers[name] = value
+                raise ModuleTypeError(f"cannot assign '{typename(value)}' as buffer '{name}' "
+                                      f"(graphnn.nn.Buffer, graphnn.Tensor or None expected)")
+            persistent = value.persistent if isinstance(value, Buffer) else \
+                name not in self._non_persistent_buffers_set
+            self.register_buffer(name, value, persistent)
         else:
             object.__setattr__(self, name, value)
 
     def _forget(self, name: str, keep: str) -> None:
         """Remove ``name`` from every registry but ``keep`` and from the instance dict."""
         self.__dict__.pop(name, None)
-        for registry in ("_parameters", "_buffers", "_modules"):
+        for registry in _REGISTRIES:
             if registry != keep:
                 self.__dict__[registry].pop(name, None)
-        if keep != "_buffers":
-            self._non_persistent_buffers_set.discard(name)
+        self._non_persistent_buffers_set.discard(name)
 
     def __getattr__(self, name: str):
         d = self.__dict__
-        for registry in ("_parameters", "_buffers", "_modules"):
+        for registry in _REGISTRIES:
             if registry in d and name in d[registry]:
                 return d[registry][name]
         raise ModuleAttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __delattr__(self, name: str) -> None:
-        for registry in ("_parameters", "_buffers", "_modules"):
+        for registry in _REGISTRIES:
             if name in self.__dict__.get(registry, {}):
                 del self.__dict__[registry][name]
                 self._non_persistent_buffers_set.discard(name)
@@ -175,44 +201,60 @@ class Module(StateDictMixin):
         object.__delattr__(self, name)
 
     def __dir__(self):
-        names = set(super().__dir__()) | set(self.__dict__)
-        names |= set(self._parameters) | set(self._buffers) | set(self._modules)
+        names = dir(type(self)) + list(self.__dict__)
+        for registry in _REGISTRIES:
+            names += list(self.__dict__[registry])
         return sorted(n for n in names if not n[:1].isdigit())
 
-    # ---- lookup ---------------------------------------------------------------------------------
+    # ---- lookup --------------------------------------------------------------------------------
 
-    def get_submodule(self, target: str) -> "Module":
+    def get_submodule(self, target: str) -> Module:
         """The submodule at dotted path ``target`` ('' is self)."""
-        if target == "":
-            return self
-        module, walked = self, []
-        for item in target.split("."):
+        module = self
+        for item in target.split(".") if target else []:
             if not hasattr(module, item):
-                raise ModuleAttributeError(
-                    f"{module._get_name()} has no attribute `{item}`"
-                    + (f" (at '{'.'.join(walked)}')" if walked else ""))
+                raise ModuleAttributeError(f"{module._get_name()} has no attribute `{item}`")
             module = getattr(module, item)
-            walked.append(item)
             if not isinstance(module, Module):
                 raise ModuleAttributeError(f"`{item}` is not an nn.Module")
         return module
 
-    def _get_owned(self, target: str, registry: str, kind: str):
+    def set_submodule(self, target: str, module: Module, strict: bool = False) -> None:
+        """Replace (or, unless ``strict``, add) the submodule at dotted path ``target``."""
+        if target == "":
+            raise ModuleValueError("Cannot set the submodule without a target name!")
+        if not isinstance(module, Module):
+            raise ModuleValueError(f"`module` is not an nn.Module, found {type(module)}")
+        parent_path, _, name = target.rpartition(".")
+        parent = self.get_submodule(parent_path)
+        if strict and not hasattr(parent, name):
+            raise ModuleAttributeError(f"{parent._get_name()} has no attribute `{name}`")
+        if hasattr(parent, name) and not isinstance(getattr(parent, name), Module):
+            raise ModuleAttributeError(f"`{name}` is not an nn.Module")
+        setattr(parent, name, module)
+
+    def _get_member(self, target: str):
         module_path, _, name = target.rpartition(".")
         owner = self.get_submodule(module_path)
         if not hasattr(owner, name):
             raise ModuleAttributeError(f"{owner._get_name()} has no attribute `{name}`")
-        if name not in getattr(owner, registry):
-            raise ModuleAttributeError(f"`{name}` is not {kind}")
-        return getattr(owner, registry)[name]
+        return owner, name, getattr(owner, name)
 
     def get_parameter(self, target: str) -> Parameter:
-        return self._get_owned(target, "_parameters", "an nn.Parameter")
+        """The Parameter at dotted path ``target``."""
+        _, name, value = self._get_member(target)
+        if not isinstance(value, Parameter):
+            raise ModuleAttributeError(f"`{name}` is not an nn.Parameter")
+        return value
 
     def get_buffer(self, target: str) -> Tensor:
-        return self._get_owned(target, "_buffers", "a buffer")
+        """The buffer at dotted path ``target``."""
+        owner, name, value = self._get_member(target)
+        if name not in owner._buffers:
+            raise ModuleAttributeError(f"`{name}` is not a buffer")
+        return value
 
-    # ---- traversal --------------------------------------------------------------------------------
+    # ---- traversal -----------------------------------------------------------------------------
 
     def _named_members(self, get_members, prefix="", recurse=True, remove_duplicate=True):
         seen = set()
@@ -220,7 +262,7 @@ class Module(StateDictMixin):
             if recurse else [(prefix, self)]
         for module_prefix, module in modules:
             for name, value in get_members(module):
-                if value is None or (remove_duplicate and id(value) in seen):
+                if value is None or id(value) in seen:
                     continue
                 if remove_duplicate:
                     seen.add(id(value))
@@ -228,6 +270,7 @@ class Module(StateDictMixin):
 
     def named_parameters(self, prefix: str = "", recurse: bool = True,
                          remove_duplicate: bool = True):
+        """(dotted name, Parameter) pairs; a shared parameter appears once."""
         yield from self._named_members(lambda m: m._parameters.items(), prefix, recurse,
                                        remove_duplicate)
 
@@ -258,24 +301,24 @@ class Module(StateDictMixin):
         """(path, module) for self and every descendant, depth first, each module once."""
         if memo is None:
             memo = set()
+        if self in memo:
+            return
         if remove_duplicate:
-            if id(self) in memo:
-                return
-            memo.add(id(self))
+            memo.add(self)
         yield prefix, self
         for name, module in self._modules.items():
-            if module is None:
-                continue
-            yield from module.named_modules(memo, prefix + ("." if prefix else "") + name,
-                                            remove_duplicate)
+            if module is not None:
+                yield from module.named_modules(memo, prefix + ("." if prefix else "") + name,
+                                                remove_duplicate)
 
     def modules(self):
         for _, module in self.named_modules():
             yield module
 
-    # ---- modes and bulk changes -------------------------------------------------------------------
+    # ---- modes ---------------------------------------------------------------------------------
 
     def apply(self, fn):
+        """``fn(module)`` for every submodule (children first), then self; returns self."""
         for module in self.children():
             module.apply(fn)
         fn(self)
@@ -283,7 +326,7 @@ class Module(StateDictMixin):
 
     def train(self, mode: bool = True):
         if not isinstance(mode, bool):
-            raise ModuleTypeError("training mode is expected to be boolean")
+            raise ModuleValueError("training mode is expected to be boolean")
         self.training = mode
         for module in self.children():
             module.train(mode)
@@ -298,142 +341,54 @@ class Module(StateDictMixin):
         return self
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop every parameter's ``.grad`` (or zero it in place with ``set_to_none=False``)."""
         for p in self.parameters():
             if p.grad is None:
                 continue
             if set_to_none:
                 p.grad = None
-            else:
-                p.grad = p.grad.detach()
-                p.grad.zero_()
-
-    def _apply(self, fn, recurse: bool = True):
-        """Replace each parameter's and buffer's data by ``fn(tensor)`` (keeping objects)."""
-        if recurse:
-            for module in self.children():
-                module._apply(fn)
-        for name, p in self._parameters.items():
-            if p is None:
                 continue
-            new = fn(p.detach())
-            if new is not p and new._data is not p._data:
-                p._data = new._data
-                if p.grad is not None:
-                    p.grad = fn(p.grad)
-        for name, b in self._buffers.items():
-            if b is not None:
-                self._buffers[name] = fn(b)
-        return self
-
-    def to(self, *args, **kwargs):
-        """``to(dtype)`` casts floating parameters and buffers; ``to('cpu')`` is a no-op."""
-        from ..frontend.tensor import device as Device
-        dtype = kwargs.get("dtype")
-        for a in list(args) + [kwargs.get("device")]:
-            if a is None:
-                continue
-            if isinstance(a, Tensor):
-                dtype = a.dtype
-            elif isinstance(a, (str, Device)):
-                self._check_device(str(a))
+            if p.grad.grad_fn is not None:
+                p.grad.detach_()
             else:
-                dtype = a
-        if dtype is None:
-            return self
-        from ..ir.dtypes import as_dtype
-        dtype = as_dtype(dtype)
-        if not dtype.is_floating_point:
-            raise ModuleTypeError(f"nn.Module.to only accepts floating point dtypes, but got "
-                                  f"desired dtype={dtype.name}")
-        return self._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
-
-    def _check_device(self, name: str) -> None:
-        if name.split(":")[0] != "cpu":
-            raise UnsupportedError(f"{type(self).__name__}.to({name!r}): no GPU backend is "
-                                   f"present; eager graphnn modules run on the CPU")
-
-    def cuda(self, device=None):
-        self._check_device("cuda")
-
-    def cpu(self):
-        return self
-
-    def float(self):
-        return self.to("float32")
-
-    def double(self):
-        return self.to("float64")
-
-    def half(self):
-        return self.to("float16")
-
-    def type(self, dst_type):
-        return self._apply(lambda t: t.to(dst_type))
+                p.grad.requires_grad_(False)
+            p.grad.zero_()
 
     def compile(self, *args, **kwargs):
         raise UnsupportedError(f"{type(self).__name__}.compile(): graphnn's compiler is not "
                                f"implemented yet; the model runs eagerly")
 
-    # ---- hooks ----------------------------------------------------------------------------------
-
-    def register_forward_pre_hook(self, hook, *, prepend: bool = False,
-                                  with_kwargs: bool = False):
-        handle = H.add_hook(self._forward_pre_hooks, hook, prepend=prepend,
-                            extra_dicts=(self._forward_pre_hooks_with_kwargs,))
-        if with_kwargs:
-            self._forward_pre_hooks_with_kwargs[handle.id] = True
-        return handle
-
-    def register_forward_hook(self, hook, *, prepend: bool = False, with_kwargs: bool = False,
-                              always_call: bool = False):
-        handle = H.add_hook(self._forward_hooks, hook, prepend=prepend,
-                            extra_dicts=(self._forward_hooks_with_kwargs,
-                                         self._forward_hooks_always_called))
-        if with_kwargs:
-            self._forward_hooks_with_kwargs[handle.id] = True
-        if always_call:
-            self._forward_hooks_always_called[handle.id] = True
-        return handle
-
-    def register_full_backward_pre_hook(self, hook, prepend: bool = False):
-        return H.add_hook(self._backward_pre_hooks, hook, prepend=prepend)
-
-    def register_full_backward_hook(self, hook, prepend: bool = False):
-        return H.add_hook(self._backward_hooks, hook, prepend=prepend)
-
-    def register_backward_hook(self, hook):
-        raise UnsupportedError("register_backward_hook is deprecated in PyTorch and not "
-                               "provided by graphnn; use register_full_backward_hook")
-
-    # ---- calling ----------------------------------------------------------------------------------
-
     def __call__(self, *args, **kwargs):
-        from .call import call_module
         return call_module(self, args, kwargs)
 
-    # ---- printing ---------------------------------------------------------------------------------
+    # ---- printing ------------------------------------------------------------------------------
 
     def _get_name(self) -> str:
         return type(self).__name__
 
     def extra_repr(self) -> str:
+        """One or more lines shown inside the module's repr; layers override it."""
         return ""
 
     def __repr__(self):
-        lines = self.extra_repr().split("\n") if self.extra_repr() else []
+        extra = self.extra_repr()
+        extra_lines = extra.split("\n") if extra else []
         children = [f"({name}): {_addindent(repr(module), 2)}"
                     for name, module in self._modules.items()]
-        body = lines + children
-        if not body:
+        lines = extra_lines + children
+        if not lines:
             return self._get_name() + "()"
-        if len(lines) == 1 and not children:
-            return f"{self._get_name()}({lines[0]})"
-        return self._get_name() + "(\n  " + "\n  ".join(body) + "\n)"
+        if len(extra_lines) == 1 and not children:
+            return f"{self._get_name()}({extra_lines[0]})"
+        return self._get_name() + "(\n  " + "\n  ".join(lines) + "\n)"
 
-    # ---- pickling ---------------------------------------------------------------------------------
+    # ---- pickling ------------------------------------------------------------------------------
 
     def __getstate__(self):
         return dict(self.__dict__)
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        for name in _HOOK_DICTS:
+            self.__dict__.setdefault(name, OrderedDict())
+        self.__dict__.setdefault("_non_persistent_buffers_set", set())

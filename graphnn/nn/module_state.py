@@ -1,17 +1,21 @@
-"""state_dict / load_state_dict for Modules, with PyTorch's keys, hooks and error messages.
+"""A Module's tensors as a whole: state_dict / load_state_dict and dtype/device conversion.
 
-``load_state_dict`` checks every key and shape of the whole tree before it writes anything, so
-a failed load changes no parameter or buffer.
+Keys, hooks, metadata and error messages follow PyTorch. ``load_state_dict`` checks every key
+and shape of the whole tree before it writes anything, so a failed load changes no parameter or
+buffer (when load post-hooks exist and ``strict`` is set, the old values are kept aside and put
+back if the load still fails after the hooks ran).
 """
 from __future__ import annotations
 
 from collections import OrderedDict, namedtuple
+from collections.abc import Mapping
 
 import numpy as np
 
 from ..frontend.grad_mode import no_grad
 from ..frontend.tensor import Tensor
-from ..ir.errors import GraphnnError
+from ..ir.dtypes import as_dtype
+from ..ir.errors import GraphnnError, UnsupportedError
 from . import hooks as H
 
 _EXTRA_STATE_KEY = "_extra_state"
@@ -21,26 +25,99 @@ class StateDictError(GraphnnError, RuntimeError):
     """A state dict that does not fit the module (missing/unexpected keys, shape mismatch)."""
 
 
-class IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
+class StateTypeError(GraphnnError, TypeError):
+    """A state dict that is not a mapping, or a dtype a module cannot be converted to."""
+
+
+class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
     def __repr__(self):
         if not self.missing_keys and not self.unexpected_keys:
             return "<All keys matched successfully>"
-        return super().__repr__()
+        return f"_IncompatibleKeys(missing_keys={self.missing_keys!r}, " \
+               f"unexpected_keys={self.unexpected_keys!r})"
 
     __str__ = __repr__
 
 
-def _as_tensor(value):
+class _LoadPlan:
+    """Everything ``load_state_dict`` found before writing: key lists, errors, pending writes."""
+
+    def __init__(self):
+        self.missing, self.unexpected, self.errors = [], [], []
+        self.writes = []  # (module, name or None for extra state, current tensor, new value)
+        self.post_order = []  # modules in the order PyTorch runs their load post-hooks
+
+    def message(self, module, strict: bool) -> str:
+        errors = list(self.errors)
+        if strict and self.unexpected:
+            errors.insert(0, "Unexpected key(s) in state_dict: "
+                          + ", ".join(f'"{k}"' for k in self.unexpected) + ". ")
+        if strict and self.missing:
+            errors.insert(0, "Missing key(s) in state_dict: "
+                          + ", ".join(f'"{k}"' for k in self.missing) + ". ")
+        if not errors:
+            return ""
+        return f"Error(s) in loading state_dict for {type(module).__name__}:\n\t" + \
+            "\n\t".join(errors)
+
+    def write(self, assign: bool) -> None:
+        from .parameter import Parameter
+        with no_grad():
+            for module, name, current, value in self.writes:
+                if name is None:
+                    module.set_extra_state(value)
+                elif not assign:
+                    current.copy_(value)
+                else:  # as PyTorch: setattr, so a Parameter given for a buffer becomes one
+                    if isinstance(current, Parameter):
+                        if not isinstance(value, Parameter):
+                            value = Parameter(value, requires_grad=current.requires_grad)
+                        value.requires_grad_(current.requires_grad)
+                    setattr(module, name, value)
+
+    def snapshot(self):
+        """A function putting every tensor and extra state this plan writes back as it was."""
+        saved = [(m, name, current, None if name is None else current._data.copy(),
+                  m.get_extra_state() if name is None else None,
+                  "_parameters" if name in m._parameters else "_buffers")
+                 for m, name, current, _ in self.writes]
+
+        def undo():
+            for module, name, current, data, extra, registry in saved:
+                if name is None:
+                    module.set_extra_state(extra)
+                    continue
+                for other in ("_parameters", "_buffers"):
+                    module.__dict__[other].pop(name, None)
+                module.__dict__[registry][name] = current
+                with no_grad():
+                    current.copy_(Tensor._wrap(data))
+        return undo
+
+
+def _checkpoint_tensor(key, value, plan):
     if isinstance(value, Tensor):
         return value
-    from ..frontend.creation import tensor
-    return tensor(np.asarray(value))
+    if isinstance(value, (np.ndarray, np.generic)):
+        try:
+            from ..frontend.creation import tensor
+            return tensor(value)
+        except Exception as e:
+            plan.errors.append(f'While copying the parameter named "{key}", an exception '
+                               f'occurred : {e}.')
+            return None
+    plan.errors.append(f'While copying the parameter named "{key}", expected graphnn.Tensor '
+                       f'or Tensor-like object from checkpoint but received {type(value)}')
+    return None
 
 
-class StateDictMixin:
-    """The state-dict half of Module; relies on Module's registries and traversal."""
+class StateMixin:
+    """The state-dict and conversion half of Module; relies on Module's registries."""
+
+    # ---- extra state ---------------------------------------------------------------------------
 
     def get_extra_state(self):
+        """Override (with ``set_extra_state``) to add ``_extra_state`` to the state dict."""
         raise RuntimeError("Reached a code path in Module.get_extra_state() that should never "
                            "be called.")
 
@@ -48,44 +125,57 @@ class StateDictMixin:
         raise RuntimeError("Reached a code path in Module.set_extra_state() that should never "
                            "be called.")
 
-    def _has_extra_state(self) -> bool:
-        return type(self).get_extra_state is not StateDictMixin.get_extra_state
+    # ---- state_dict ----------------------------------------------------------------------------
 
-    def _local_state(self, prefix: str, keep_vars: bool):
-        """This module's own (key, tensor) entries, parameters first, then persistent buffers."""
-        for name, p in self._parameters.items():
-            if p is not None:
-                yield prefix + name, p if keep_vars else p.detach()
-        for name, b in self._buffers.items():
-            if b is not None and name not in self._non_persistent_buffers_set:
-                yield prefix + name, b if keep_vars else b.detach()
+    def _local_state(self):
+        """This module's own non-None parameters, then its non-None persistent buffers."""
+        state = OrderedDict((k, v) for k, v in self._parameters.items() if v is not None)
+        state.update((k, v) for k, v in self._buffers.items()
+                     if v is not None and k not in self._non_persistent_buffers_set)
+        return state
 
     def state_dict(self, *, destination=None, prefix: str = "", keep_vars: bool = False):
-        """An OrderedDict of every parameter and persistent buffer, keyed by dotted path."""
+        """An OrderedDict of every parameter and persistent buffer, keyed by dotted path
+        (detached tensors sharing memory with the module's, unless ``keep_vars``)."""
         if destination is None:
             destination = OrderedDict()
+            destination._metadata = OrderedDict()
+        local_metadata = {"version": self._version}
+        if hasattr(destination, "_metadata"):
+            destination._metadata[prefix[:-1]] = local_metadata
         for hook in self._state_dict_pre_hooks.values():
             hook(self, prefix, keep_vars)
-        for key, value in self._local_state(prefix, keep_vars):
-            destination[key] = value
-        if self._has_extra_state():
+        for name, value in self._local_state().items():
+            destination[prefix + name] = value if keep_vars else value.detach()
+        if type(self).get_extra_state is not StateMixin.get_extra_state:
             destination[prefix + _EXTRA_STATE_KEY] = self.get_extra_state()
         for name, module in self._modules.items():
             if module is not None:
                 module.state_dict(destination=destination, prefix=prefix + name + ".",
                                   keep_vars=keep_vars)
         for hook in self._state_dict_hooks.values():
-            result = hook(self, destination, prefix, {})
-            if result is not None:
+            result = hook(self, destination, prefix, local_metadata)
+            if getattr(hook, "_from_public_api", False):
+                if result is not None:
+                    raise StateDictError("state_dict post-hook must return None")
+            elif result is not None:
                 destination = result
         return destination
 
     def _register_state_dict_hook(self, hook):
+        """``hook(module, state_dict, prefix, local_metadata)``; a returned dict replaces it."""
         return H.add_hook(self._state_dict_hooks, hook)
 
-    register_state_dict_post_hook = _register_state_dict_hook
+    def register_state_dict_post_hook(self, hook):
+        """``hook(module, state_dict, prefix, local_metadata)`` after the module's entries are
+        added; it edits ``state_dict`` in place and returns None."""
+        def public(*args):
+            return hook(*args)
+        public._from_public_api = True
+        return H.add_hook(self._state_dict_hooks, public)
 
     def register_state_dict_pre_hook(self, hook):
+        """``hook(module, prefix, keep_vars)`` before ``state_dict`` collects anything."""
         return H.add_hook(self._state_dict_pre_hooks, hook)
 
     def register_load_state_dict_pre_hook(self, hook):
@@ -94,78 +184,184 @@ class StateDictMixin:
         return H.add_hook(self._load_state_dict_pre_hooks, hook)
 
     def register_load_state_dict_post_hook(self, hook):
-        """``hook(module, incompatible_keys)`` after loading; it may edit the key lists."""
+        """``hook(module, incompatible_keys)`` after loading; it may edit the key lists in
+        place (which decides whether a strict load fails)."""
         return H.add_hook(self._load_state_dict_post_hooks, hook)
 
-    def _plan_load(self, state_dict, prefix, strict, missing, unexpected_prefixes, errors, writes):
+    # ---- load_state_dict -----------------------------------------------------------------------
+
+    def _plan_load(self, state_dict, prefix, metadata, assign, plan):
+        local_metadata = dict(metadata.get(prefix[:-1], {})) if metadata is not None else {}
+        if assign:
+            local_metadata["assign_to_params_buffers"] = assign
         for hook in self._load_state_dict_pre_hooks.values():
-            hook(self, state_dict, prefix, {}, strict, missing, [], errors)
-        local = list(self._local_state(prefix, keep_vars=True))
-        for key, current in local:
+            hook(self, state_dict, prefix, local_metadata, True, plan.missing, plan.unexpected,
+                 plan.errors)
+        local = self._local_state()
+        for name, current in local.items():
+            key = prefix + name
             if key not in state_dict:
-                missing.append(key)
+                plan.missing.append(key)
                 continue
-            value = _as_tensor(state_dict[key])
-            if tuple(value.shape) != tuple(current.shape):
-                errors.append(f"size mismatch for {key}: copying a param with shape "
-                              f"{value.shape} from checkpoint, the shape in current model is "
-                              f"{current.shape}.")
+            value = _checkpoint_tensor(key, state_dict[key], plan)
+            if value is None:
                 continue
-            writes.append((self, key[len(prefix):], current, value))
-        if self._has_extra_state():
-            key = prefix + _EXTRA_STATE_KEY
-            if key in state_dict:
-                writes.append((self, None, None, state_dict[key]))
+            if current.ndim == 0 and tuple(value.shape) == (1,):
+                value = value.reshape(())
+            if value.shape != current.shape:
+                plan.errors.append(f"size mismatch for {key}: copying a param with shape "
+                                   f"{value.shape} from checkpoint, the shape in current model "
+                                   f"is {current.shape}.")
+                continue
+            plan.writes.append((self, name, current, value))
+        extra_key = prefix + _EXTRA_STATE_KEY
+        if type(self).set_extra_state is not StateMixin.set_extra_state:
+            if extra_key in state_dict:
+                plan.writes.append((self, None, None, state_dict[extra_key]))
             else:
-                missing.append(key)
-        unexpected_prefixes.append((prefix, {k for k, _ in local} | {prefix + _EXTRA_STATE_KEY},
-                                    set(self._modules)))
-        for name, module in self._modules.items():
-            if module is not None:
-                module._plan_load(state_dict, prefix + name + ".", strict, missing,
-                                  unexpected_prefixes, errors, writes)
+                plan.missing.append(extra_key)
+        elif extra_key in state_dict:
+            plan.unexpected.append(extra_key)
+        for key in state_dict:
+            if not key.startswith(prefix) or key == extra_key:
+                continue
+            head, dot, _ = key[len(prefix):].partition(".")
+            if (dot and head not in self._modules) or (not dot and head not in local):
+                plan.unexpected.append(key)
+        for name, child in self._modules.items():
+            if child is not None:
+                child_prefix = prefix + name + "."
+                child._plan_load({k: v for k, v in state_dict.items()
+                                  if k.startswith(child_prefix)},
+                                 child_prefix, metadata, assign, plan)
+        plan.post_order.append(self)
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         """Copy (or, with ``assign``, adopt) every entry; returns (missing, unexpected) keys.
 
-        With ``strict`` a missing or unexpected key is an error. Shape mismatches are always
-        errors. On error nothing has been changed.
+        With ``strict`` a missing or unexpected key is an error; a shape mismatch always is.
+        Values may be graphnn tensors or NumPy arrays. On error nothing has been changed.
         """
-        if not hasattr(state_dict, "keys"):
-            raise StateDictError(f"Expected state_dict to be dict-like, got "
-                                 f"{type(state_dict).__name__}.")
-        missing, prefixes, errors, writes = [], [], [], []
-        self._plan_load(state_dict, "", strict, missing, prefixes, errors, writes)
-        expected = set().union(*(keys for _, keys, _ in prefixes))
-        unexpected = [k for k in state_dict.keys() if k not in expected]
-        if strict:
-            if unexpected:
-                errors.insert(0, "Unexpected key(s) in state_dict: "
-                              + ", ".join(f'"{k}"' for k in unexpected) + ". ")
-            if missing:
-                errors.insert(0, "Missing key(s) in state_dict: "
-                              + ", ".join(f'"{k}"' for k in missing) + ". ")
-        if errors:
-            raise StateDictError(f"Error(s) in loading state_dict for {type(self).__name__}:"
-                                 "\n\t" + "\n\t".join(errors))
-        with no_grad():
-            for module, name, current, value in writes:
-                if name is None:
-                    module.set_extra_state(value)
-                elif assign:
-                    self._assign(module, name, current, value)
-                else:
-                    current.copy_(value)
-        result = IncompatibleKeys(missing, unexpected)
-        for module in self.modules():
-            for hook in module._load_state_dict_post_hooks.values():
-                hook(module, result)
+        if not isinstance(state_dict, Mapping):
+            raise StateTypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
+        metadata = getattr(state_dict, "_metadata", None)
+        plan = _LoadPlan()
+        self._plan_load(OrderedDict(state_dict), "", metadata, assign, plan)
+        if plan.errors:
+            raise StateDictError(plan.message(self, strict))
+        hooked = [m for m in plan.post_order if m._load_state_dict_post_hooks]
+        if strict and not hooked and (plan.missing or plan.unexpected):
+            raise StateDictError(plan.message(self, strict))
+        undo = plan.snapshot() if strict and hooked else None
+        plan.write(assign)
+        result = _IncompatibleKeys(plan.missing, plan.unexpected)
+        try:
+            for module in hooked:
+                for hook in module._load_state_dict_post_hooks.values():
+                    if hook(module, result) is not None:
+                        raise AssertionError(
+                            "Hooks registered with ``register_load_state_dict_post_hook`` are "
+                            "not expected to return new values, if incompatible_keys need to "
+                            "be modified, it should be done inplace.")
+            if plan.message(self, strict):
+                raise StateDictError(plan.message(self, strict))
+        except BaseException:
+            if undo is not None:
+                undo()
+            raise
         return result
 
-    @staticmethod
-    def _assign(module, name, current, value):
-        from .parameter import Parameter
-        if name in module._parameters:
-            module._parameters[name] = Parameter(value, requires_grad=current.requires_grad)
-        else:
-            module._buffers[name] = value
+    # ---- dtype / device ------------------------------------------------------------------------
+
+    def _apply(self, fn, recurse: bool = True):
+        """Give each parameter (in place, keeping the object and its ``.grad`` object) and
+        each buffer (replaced) the data of ``fn(tensor)``."""
+        if recurse:
+            for module in self.children():
+                module._apply(fn)
+        with no_grad():
+            for p in self._parameters.values():
+                if p is None:
+                    continue
+                new = fn(p.detach())
+                if new._data is not p._data:
+                    p.data = new
+                if p.grad is not None:
+                    new_grad = fn(p.grad.detach())
+                    if new_grad._data is not p.grad._data:
+                        p.grad.data = new_grad
+            for name, b in self._buffers.items():
+                if b is not None:
+                    self._buffers[name] = fn(b)
+        return self
+
+    def _check_device(self, spec) -> None:
+        name = str(spec) if not isinstance(spec, int) else f"cuda:{spec}"
+        if name.split(":")[0] != "cpu":
+            raise UnsupportedError(f"{type(self).__name__}: device {name!r} is not available; "
+                                   f"graphnn has no GPU backend for eager modules, which run "
+                                   f"on the CPU")
+
+    def to(self, *args, **kwargs):
+        """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(tensor)``: casts the
+        floating-point parameters and buffers; the only device is the CPU."""
+        from ..frontend.tensor import device as Device
+        dtype = kwargs.get("dtype")
+        for a in list(args) + [kwargs.get("device")]:
+            if a is None or isinstance(a, bool):  # bool: the non_blocking flag
+                continue
+            if isinstance(a, Tensor):
+                dtype = a.dtype
+            elif isinstance(a, (str, int, Device)):
+                self._check_device(a)
+            else:
+                dtype = a
+        if dtype is None:
+            return self
+        dtype = as_dtype(dtype)
+        if not dtype.is_floating_point:
+            raise StateTypeError(f"nn.Module.to only accepts floating point or complex dtypes, "
+                                 f"but got desired dtype={dtype!r}")
+        return self._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
+
+    def cuda(self, device=None):
+        self._check_device("cuda" if device is None else device)
+
+    def xpu(self, device=None):
+        self._check_device("xpu")
+
+    def ipu(self, device=None):
+        self._check_device("ipu")
+
+    def mtia(self, device=None):
+        self._check_device("mtia")
+
+    def cpu(self):
+        return self
+
+    def share_memory(self):
+        return self
+
+    def to_empty(self, *, device=None, recurse: bool = True):
+        """Replace every parameter's and buffer's data by uninitialised memory (same dtype)."""
+        if device is not None:
+            self._check_device(device)
+        from ..frontend.creation import empty_like
+        return self._apply(empty_like, recurse=recurse)
+
+    def float(self):
+        return self._apply(lambda t: t.float() if t.is_floating_point() else t)
+
+    def double(self):
+        return self._apply(lambda t: t.double() if t.is_floating_point() else t)
+
+    def half(self):
+        return self._apply(lambda t: t.half() if t.is_floating_point() else t)
+
+    def bfloat16(self):
+        raise UnsupportedError("graphnn has no bfloat16 dtype; use half() or float()")
+
+    def type(self, dst_type):
+        """Cast every parameter and buffer (integer ones too) to ``dst_type``."""
+        dst_type = as_dtype(dst_type)
+        return self._apply(lambda t: t.to(dst_type))

@@ -1,7 +1,6 @@
-"""Flatten parameters into one vector and back."""
+"""Flatten parameters into one vector and back, as torch.nn.utils."""
 from __future__ import annotations
 
-from ...frontend.grad_mode import no_grad
 from ...frontend.tensor import Tensor
 from ...ir.errors import GraphnnError
 
@@ -11,19 +10,20 @@ class VectorTypeError(GraphnnError, TypeError):
 
 
 def parameters_to_vector(parameters) -> Tensor:
-    """One 1-D tensor holding every parameter's elements in order (differentiable)."""
+    """One 1-D tensor holding every parameter's elements in order (differentiable; dtypes are
+    promoted as by ``cat``)."""
     from ...frontend.tensor_shape import cat
     return cat([p.reshape(-1) for p in parameters])
 
 
 def vector_to_parameters(vec: Tensor, parameters) -> None:
-    """Copy consecutive slices of ``vec`` into each parameter (in place, without grad)."""
+    """Make each parameter's data the next slice of ``vec`` (as PyTorch: the parameters then
+    share ``vec``'s memory and take its dtype; extra elements of ``vec`` are ignored)."""
     if not isinstance(vec, Tensor):
-        raise VectorTypeError(f"expected vec to be a graphnn Tensor, but got: "
-                              f"{type(vec).__name__}")
+        from ..module import typename
+        raise VectorTypeError(f"expected graphnn.Tensor, but got: {typename(vec)}")
     offset = 0
-    with no_grad():
-        for p in parameters:
-            n = p.numel()
-            p.copy_(vec[offset:offset + n].view_as(p))
-            offset += n
+    for p in parameters:
+        n = p.numel()
+        p.data = vec[offset:offset + n].view_as(p)
+        offset += n
