@@ -629,3 +629,12 @@ def test_free_functions_reject_non_tensor_inputs_with_a_type_error():
         graphnn.maximum(2, graphnn.ones(2))
     assert isinstance(info.value, GraphnnError)
     assert graphnn.add(2, graphnn.ones(2)).tolist() == torch.add(2, torch.ones(2)).tolist()
+
+
+@pytest.mark.parametrize("p", [0, 1, 2, 3, float("inf"), float("-inf"), "fro"])
+@pytest.mark.parametrize("dim", [None, 1])
+def test_norm_matches_torch_for_every_order(p, dim):
+    data = np.array([[3.0, -1.0, 0.0], [0.5, 2.0, -4.0]])
+    ours = graphnn.tensor(data).norm(p, dim=dim)
+    theirs = torch.tensor(data).norm(p, dim=dim)
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-12)

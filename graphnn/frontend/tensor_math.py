@@ -403,6 +403,11 @@ class TensorMathMixin:
             return apply1("sum", self.abs(), dims=_dims(dim), keepdim=keepdim)
         if p == float("inf"):
             return apply1("amax", self.abs(), dims=_dims(dim), keepdim=keepdim)
+        if p == float("-inf"):
+            return apply1("amin", self.abs(), dims=_dims(dim), keepdim=keepdim)
+        if p == 0:  # the number of nonzero elements, which has no gradient
+            nonzero = binary("ne", self, 0).to(self.dtype)
+            return apply1("sum", nonzero, dims=_dims(dim), keepdim=keepdim)
         euclidean = p in (2, "fro")
         powers = self * self if euclidean else self.abs() ** p
         total = apply1("sum", powers, dims=_dims(dim), keepdim=keepdim)
