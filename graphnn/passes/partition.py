@@ -1,0 +1,143 @@
+"""Split a joint forward+backward graph into a forward graph and a backward graph.
+
+``partition(joint, num_forward)`` assumes ``joint`` comes from ``autodiff`` (outputs
+``(forward_outputs, {name: gradient})``) and that its first ``num_forward`` nodes are the
+forward computation. It decides, with a minimum cut weighted by bytes (networkx), which forward
+values the forward graph saves for the backward graph and which cheap values the backward graph
+recomputes from saved ones:
+
+* graph inputs and parameters are free: the backward graph reads them directly;
+* a value made by an elementwise or shape op may be recomputed from its operands;
+* any other forward value the backward needs (matmul, convolution, reduction results...) is
+  either saved or, when the cut prefers, reached through recomputation of its elementwise
+  consumers' operands, never recomputed itself.
+
+Guarantees: the forward graph returns ``(forward_outputs, saved tuple)``; the backward graph
+takes the saved values (same names), ``grad_output`` (if the joint graph has it) and the
+original inputs and parameters it reads, and returns the gradient dict. Running forward then
+backward gives exactly the joint graph's values. ``PartitionReport`` lists every saved tensor
+with its bytes and every recomputed value.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from ..ir.graph import Graph, map_structure
+from ..ir.registry import OpGroup, get_op
+
+RECOMPUTABLE = (OpGroup.ELEMENTWISE, OpGroup.SHAPE)
+
+
+@dataclass
+class PartitionReport:
+    saved: list = field(default_factory=list)  # (name, type, bytes, scope)
+    recomputed: list = field(default_factory=list)  # (name, op, scope)
+
+    @property
+    def saved_bytes(self) -> int:
+        return sum(b for _, _, b, _ in self.saved)
+
+    def __str__(self):
+        lines = [f"saved for backward: {len(self.saved)} tensors, {self.saved_bytes} bytes"]
+        lines += [f"  save %{n}: {t} ({b} bytes)  @{s or '<root>'}" for n, t, b, s in self.saved]
+        lines.append(f"recomputed in backward: {len(self.recomputed)} values")
+        lines += [f"  recompute %{n} = {op}  @{s or '<root>'}" for n, op, s in self.recomputed]
+        return "\n".join(lines)
+
+
+def _bytes(value) -> int:
+    return value.type.numel * value.type.dtype.itemsize
+
+
+def _choose(joint: Graph, forward_nodes, backward_nodes):
+    """(saved value names, recomputed forward nodes) from a minimum cut on bytes."""
+    free = {v.name for v in joint.inputs + joint.params + joint.consts}
+    producer = {v.name: n for n in forward_nodes for v in n.outputs}
+    needed = {v.name for n in backward_nodes for v in n.inputs if v.name in producer}
+    flow = nx.DiGraph()
+    for name, node in producer.items():
+        value = next(v for v in node.outputs if v.name == name)
+        flow.add_edge(("in", name), ("out", name), capacity=_bytes(value))
+        if get_op(node.op).group in RECOMPUTABLE:
+            for v in node.inputs:
+                if v.name in producer:
+                    flow.add_edge(("out", v.name), ("in", name))  # no capacity: infinite
+                # free operands are available in backward: nothing to cut
+        else:
+            flow.add_edge("source", ("in", name))
+    for name in needed:
+        flow.add_edge(("out", name), "sink")
+    if not needed:
+        return set(), []
+    flow.add_node("source")
+    _, (source_side, _) = nx.minimum_cut(flow, "source", "sink")
+    saved = {name for name in producer
+             if ("in", name) in source_side and ("out", name) not in source_side}
+    sink_side_values = {name for name in producer if ("out", name) not in source_side}
+    recompute = [n for n in forward_nodes
+                 if any(v.name in sink_side_values and v.name not in saved for v in n.outputs)]
+    # keep only recomputation the backward actually reaches
+    wanted, keep = set(needed), []
+    for node in reversed(recompute):
+        if any(v.name in wanted for v in node.outputs):
+            keep.append(node)
+            wanted |= {v.name for v in node.inputs if v.name not in free}
+    keep.reverse()
+    saved = {n for n in saved if n in wanted}
+    return saved, keep
+
+
+def partition(joint: Graph, num_forward: int):
+    """(forward graph, backward graph, PartitionReport); see the module docstring."""
+    forward_nodes = joint.nodes[:num_forward]
+    backward_nodes = joint.nodes[num_forward:]
+    forward_outputs, grads = joint.outputs
+    saved, recompute = _choose(joint, forward_nodes, backward_nodes)
+    report = PartitionReport()
+
+    fwd = Graph(f"{joint.name}_forward")
+    env = {}
+    grad_output_names = {"grad_output"}
+    for v in joint.inputs:
+        if v.name not in grad_output_names:
+            env[v.name] = fwd.add_input(v.name, v.type)
+    for v in joint.params:
+        env[v.name] = fwd.add_param(v.name, v.type, v.kind)
+    for v in joint.consts:
+        env[v.name] = fwd.add_const(v.data, v.name)
+    for node in forward_nodes:
+        new = fwd.add_node(node.op, [env[v.name] for v in node.inputs], node.attrs,
+                           [v.type for v in node.outputs], scope=node.scope, source=node.source,
+                           names=[v.name for v in node.outputs], fusion=node.fusion)
+        env.update({v.name: nv for v, nv in zip(node.outputs, new.outputs)})
+    saved_values = [v for n in forward_nodes for v in n.outputs if v.name in saved]
+    fwd.outputs = (map_structure(lambda v: env[v.name], forward_outputs),
+                   tuple(env[v.name] for v in saved_values))
+    for v in saved_values:
+        report.saved.append((v.name, str(v.type), _bytes(v), v.producer.scope))
+
+    bwd = Graph(f"{joint.name}_backward")
+    benv = {}
+    for v in saved_values:
+        benv[v.name] = bwd.add_input(v.name, v.type)
+    used = {v.name for n in recompute + backward_nodes for v in n.inputs}
+    for v in joint.inputs:
+        if v.name in used or v.name in grad_output_names:
+            benv[v.name] = bwd.add_input(v.name, v.type)
+    for v in joint.params:
+        if v.name in used:
+            benv[v.name] = bwd.add_param(v.name, v.type, v.kind)
+    for v in joint.consts:
+        if v.name in used:
+            benv[v.name] = bwd.add_const(v.data, v.name)
+    for node in recompute + backward_nodes:
+        new = bwd.add_node(node.op, [benv[v.name] for v in node.inputs], node.attrs,
+                           [v.type for v in node.outputs], scope=node.scope, source=node.source,
+                           names=[v.name for v in node.outputs], fusion=node.fusion)
+        benv.update({v.name: nv for v, nv in zip(node.outputs, new.outputs)})
+    for node in recompute:
+        report.recomputed.append((node.outputs[0].name, node.op, node.scope))
+    bwd.outputs = {k: benv[v.name] for k, v in grads.items()}
+    return fwd, bwd, report
