@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 
+from ...frontend.creation import full, ones
 from ...frontend.functions import dropout as _dropout
 from ...frontend.tensor_math import is_tensor, where
+from ...ir.dtypes import bool_
 from ...ir.errors import DTypeError, GraphnnError, ShapeError
 from ...ir.ops.shape_rules import fmt_shape
 
@@ -24,20 +26,21 @@ class AttentionArgumentError(GraphnnError, ValueError, RuntimeError):
 
 def causal_mask(L: int, S: int):
     """(L, S) bool mask, True where key j <= query i."""
-    from ...frontend.creation import ones
-    from ...ir.dtypes import bool_
     return ones(L, S, dtype=bool_).tril()
 
 
-def mask_to_bias(mask, dtype):
-    """A float additive mask: a bool mask (True = take part) becomes 0 / -inf."""
+def mask_to_bias(mask, dtype, true_means_keep: bool = True):
+    """A float additive mask: a bool mask becomes 0 where it keeps and -inf where it drops
+    (True keeps, as in scaled_dot_product_attention, unless ``true_means_keep=False``)."""
     if mask.dtype.name == "bool":
-        from ...frontend.creation import zeros
-        return zeros(tuple(mask.shape), dtype=dtype).masked_fill(mask.logical_not(),
-                                                                 float("-inf"))
+        blocked = full((), float("-inf"), dtype=dtype)
+        return where(mask, 0.0, blocked) if true_means_keep else where(mask, blocked, 0.0)
     if not mask.dtype.is_floating_point:
         raise DTypeError(f"attention: expected attn_mask of dtype bool or a float dtype, got "
                          f"{mask.dtype.name}")
+    if mask.dtype != dtype:
+        raise DTypeError(f"attention: expected a float attn_mask of the query's dtype "
+                         f"{dtype.name}, got {mask.dtype.name}")
     return mask
 
 
@@ -51,8 +54,10 @@ def repeat_kv_heads(x, groups: int):
 
 
 def _gqa_groups(query, key, value, enable_gqa: bool) -> int:
+    if not enable_gqa or min(query.ndim, key.ndim, value.ndim) < 3:
+        return 1
     hq, hk, hv = query.shape[-3], key.shape[-3], value.shape[-3]
-    if not enable_gqa or query.ndim < 3 or (hq == hk == hv):
+    if hq == hk == hv:
         return 1
     if hk != hv or hq % hk:
         raise ShapeError(f"scaled_dot_product_attention: with enable_gqa the number of key and "
@@ -61,27 +66,30 @@ def _gqa_groups(query, key, value, enable_gqa: bool) -> int:
     return hq // hk
 
 
-def attention_core(query, key, value, bias=None, dropout_p: float = 0.0, scale=None):
+def _check_broadcasts_to(mask_shape, scores_shape) -> None:
+    fits = len(mask_shape) <= len(scores_shape) and all(
+        m in (1, s) for m, s in zip(reversed(mask_shape), reversed(scores_shape)))
+    if not fits:
+        raise ShapeError(f"scaled_dot_product_attention: attn_mask of shape "
+                         f"{fmt_shape(mask_shape)} does not broadcast to the attention scores of "
+                         f"shape {fmt_shape(scores_shape)} (..., L, S)")
+
+
+def attention_core(query, key, value, bias=None, dropout_p: float = 0.0, scale=None,
+                   rows_may_be_empty: bool = True):
     """``(dropout(softmax(q @ k^T * scale + bias)) @ v, attention weights)``.
 
     ``bias`` is an additive float mask broadcast to the scores; rows where every score is -inf
-    give zero weights. Shared by ``scaled_dot_product_attention`` and MultiheadAttention.
+    give zero weights (a check callers skip with ``rows_may_be_empty=False`` when the mask is
+    causal). Shared by ``scaled_dot_product_attention`` and MultiheadAttention.
     """
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     scores = query.matmul(key.transpose(-2, -1)) * scale
     if bias is not None:
-        try:
-            scores = scores + bias
-        except ShapeError:
-            raise ShapeError(f"scaled_dot_product_attention: attn_mask of shape "
-                             f"{fmt_shape(bias.shape)} is not broadcastable to the attention "
-                             f"scores of shape {fmt_shape(scores.shape)} (..., L, S)") from None
-        if tuple(scores.shape) != tuple(query.shape[:-1]) + (key.shape[-2],):
-            raise ShapeError(f"scaled_dot_product_attention: attn_mask of shape "
-                             f"{fmt_shape(bias.shape)} would broadcast the attention scores of "
-                             f"shape {fmt_shape(query.shape[:-1] + (key.shape[-2],))} to "
-                             f"{fmt_shape(scores.shape)}")
+        _check_broadcasts_to(bias.shape, scores.shape)
+        scores = scores + bias
+    if bias is not None and rows_may_be_empty:
         empty = scores.amax(-1, keepdim=True) == float("-inf")
         weights = where(empty, 0.0, where(empty, 0.0, scores).softmax(-1))
     else:
@@ -107,4 +115,5 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     if is_causal:
         attn_mask = causal_mask(query.shape[-2], key.shape[-2])
     bias = None if attn_mask is None else mask_to_bias(attn_mask, query.dtype)
-    return attention_core(query, key, value, bias, dropout_p, scale)[0]
+    return attention_core(query, key, value, bias, dropout_p, scale,
+                          rows_may_be_empty=not is_causal)[0]

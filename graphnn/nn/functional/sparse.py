@@ -6,6 +6,7 @@ output but sends it no gradient (the output at padding positions is detached), a
 from __future__ import annotations
 
 from ...frontend.tensor_math import is_tensor, where
+from ...frontend.trace_state import is_symbolic
 from ...ir.errors import DTypeError, IndexError_, ShapeError, UnsupportedError
 
 __all__ = ["embedding"]
@@ -27,7 +28,7 @@ def _check_indices(input, num_embeddings: int) -> None:
         got = input.dtype.name if is_tensor(input) else type(input).__name__
         raise DTypeError(f"embedding: expected indices of an integer dtype (int64 or int32), "
                          f"got {got}")
-    if input.numel() == 0:
+    if input.numel() == 0 or is_symbolic(input):  # traced indices are checked when run
         return
     low, high = int(input.amin().item()), int(input.amax().item())
     bad = low if low < 0 else high if high >= num_embeddings else None
