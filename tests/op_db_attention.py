@@ -1,2 +1,86 @@
-"""Op-table entries for the fused attention op (graphnn/ir/ops/attention.py)."""
-ATTENTION = []
+"""Op-table entries for the fused attention op (graphnn/ir/ops/attention.py).
+
+The reference is ``torch.nn.functional.scaled_dot_product_attention`` (``enable_gqa`` for
+grouped heads, ``is_causal`` alone or a causal mask merged with an explicit one). Dropout
+samples apply graphnn's seeded keep mask (PyTorch's dropout draws other numbers) to PyTorch's
+math attention.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from graphnn.ir.dtypes import from_numpy_dtype
+from graphnn.ir.ops.attention import keep_mask
+from op_info import F16, F64, FLOATS, I64, Err, OpInfo, Sample
+
+
+def _qkv(m, q_shape, k_shape, dv=None):
+    dv = k_shape[-1] if dv is None else dv
+    return [m(*q_shape), m(*k_shape), m(*k_shape[:-1], dv)]
+
+
+def _samples(m):
+    keep = np.ones((4, 5), bool)
+    keep[0, 3:] = keep[2, :2] = False
+    padded = keep.copy()
+    padded[1] = False  # a query row with no key: zeros, as PyTorch
+    bias = m(2, 1, 4, 5)
+    return [
+        Sample(_qkv(m, (2, 3, 4, 8), (2, 3, 5, 8), dv=6), {"scale": 0.3}, "multi-head"),
+        Sample(_qkv(m, (4, 3), (5, 3)), {"scale": 0.5}, "no batch dims"),
+        Sample(_qkv(m, (2, 3, 4, 8), (1, 3, 5, 8)), {"scale": 0.35}, "broadcast batch"),
+        Sample(_qkv(m, (2, 3, 4, 8), (2, 3, 5, 8)) + [keep], {"scale": 0.4, "has_mask": True},
+               "bool mask"),
+        Sample(_qkv(m, (2, 3, 4, 8), (2, 3, 5, 8)) + [bias], {"scale": 0.4, "has_mask": True},
+               "float mask"),
+        Sample(_qkv(m, (1, 2, 4, 4), (1, 2, 5, 4)) + [padded], {"scale": 0.5, "has_mask": True},
+               "a fully masked row"),
+        Sample(_qkv(m, (2, 2, 4, 8), (2, 2, 6, 8)), {"scale": 0.35, "causal": True}, "causal"),
+        Sample(_qkv(m, (2, 2, 6, 8), (2, 2, 4, 8)), {"scale": 0.35, "causal": True},
+               "causal, more queries than keys"),
+        Sample(_qkv(m, (2, 4, 3, 8), (2, 2, 5, 8)), {"scale": 0.35, "kv_groups": 2}, "GQA"),
+        Sample(_qkv(m, (1, 4, 3, 8), (1, 1, 5, 8)) + [keep[:3]],
+               {"scale": 0.35, "kv_groups": 4, "has_mask": True, "causal": True},
+               "MQA, causal and a mask"),
+        Sample(_qkv(m, (2, 2, 4, 8), (2, 2, 5, 8)),
+               {"scale": 0.35, "dropout_p": 0.25, "seed": 3}, "dropout"),
+    ]
+
+
+def _ref(q, k, v, mask=None, *, scale, causal, has_mask, dropout_p, seed, kv_groups):
+    T, S = q.shape[-2], k.shape[-2]
+    if causal and mask is not None:
+        tri = torch.ones(T, S, dtype=torch.bool).tril()
+        mask = mask & tri if mask.dtype == torch.bool else mask.masked_fill(~tri, float("-inf"))
+        causal = False
+    if not dropout_p:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                              scale=scale, enable_gqa=kv_groups > 1)
+    k, v = k.repeat_interleave(kv_groups, -3), v.repeat_interleave(kv_groups, -3)
+    p = torch.softmax(q @ k.mT * scale, dim=-1)
+    keep = keep_mask(p.shape, from_numpy_dtype(q.detach().numpy().dtype), dropout_p, seed)
+    return (p * torch.from_numpy(keep).to(p.dtype) / (1 - dropout_p)) @ v
+
+
+def _errors(m):
+    qkv = _qkv(m, (2, 3, 4, 8), (2, 3, 5, 8))
+    return [
+        Err([m(2, 3, 4, 8, dtype=I64)] + qkv[1:], {"scale": 1.0}, TypeError, "int query"),
+        Err([qkv[0], m(2, 3, 5, 7), qkv[2]], {"scale": 1.0}, ValueError, "feature mismatch"),
+        Err(qkv + [np.ones((5, 1, 1, 4, 5), bool)], {"scale": 1.0, "has_mask": True}, ValueError,
+            "mask broadcasts the scores"),
+        Err(qkv + [m(4, 5, dtype=F64 if m.dtype != F64 else F16)],
+            {"scale": 1.0, "has_mask": True}, TypeError, "float mask of another dtype"),
+        Err(qkv, {"scale": 1.0, "kv_groups": 2}, ValueError, "kv_groups does not fit the heads"),
+        Err(qkv, {"scale": 1.0, "has_mask": True}, TypeError, "has_mask without a mask"),
+        Err(qkv, {"scale": 1.0, "dropout_p": 0.5}, TypeError, "dropout without a seed"),
+        Err(qkv, {"scale": 1.0, "dropout_p": 1.0, "seed": 0}, TypeError, "dropout_p of 1"),
+    ]
+
+
+ATTENTION = [
+    OpInfo("scaled_dot_product_attention", _samples, _ref, FLOATS, errors=_errors,
+           tol={F16: (2e-3, 2e-3)}),
+]

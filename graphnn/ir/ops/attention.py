@@ -20,9 +20,8 @@ import numpy as np
 
 from ..dtypes import bool_, from_numpy_dtype
 from ..errors import AttributeError_, DTypeError, ShapeError
-from ..registry import Attr, OpDef, OpGroup, register
+from ..registry import Attr, OpDef, OpGroup, get_op, register
 from ..types import TensorType
-from .creation import _rand
 from .shape_rules import broadcast_shapes, fmt_shape
 
 NAME = "scaled_dot_product_attention"
@@ -91,7 +90,8 @@ def _infer(types, **attrs):
 
 def keep_mask(shape, dtype, p: float, seed: int) -> np.ndarray:
     """Dropout's keep mask for ``shape`` and ``dtype`` (a graphnn DType): ``rand >= p``."""
-    return _rand(shape=tuple(shape), dtype=dtype, seed=seed) >= np.asarray(p, dtype.np)
+    drawn = get_op("rand").impl(shape=tuple(shape), dtype=dtype, seed=seed)
+    return drawn >= np.asarray(p, dtype.np)
 
 
 def _attention(q, k, v, mask=None, *, scale, causal, has_mask, dropout_p, seed, kv_groups):

@@ -1,0 +1,240 @@
+"""Attention fusion: dropout(softmax((Q @ Kᵀ) · scale + mask)) @ V becomes one
+``scaled_dot_product_attention`` node (``graphnn/ir/ops/attention.py``).
+
+The pattern and its steps are in ``attention_patterns.py``; this file holds the check function
+(types, masks, other users) and the rewrite.
+"""
+from __future__ import annotations
+
+import functools
+
+import networkx as nx
+import numpy as np
+
+from ..ir.dtypes import bool_
+from ..ir.errors import GraphnnError
+from ..ir.graph import Graph, flatten_structure
+from ..ir.ops.attention import NAME
+from ..ir.registry import get_op
+from ..ir.rewrite import Rewriter
+from ..ir.types import TensorType
+from .attention_patterns import Attention, Constants, Mask, NearMiss, match_attention, where
+
+
+class Refused(Exception):
+    """The pattern matched but fusing would cost more than it saves (message: the note)."""
+
+
+def _forward_live(graph: Graph) -> tuple[set, set]:
+    """(names of the forward outputs, names of every value they depend on). For a graph from
+    ``autodiff`` (outputs ``(forward outputs, {name: gradient})``, or a training step's
+    ``(loss, {name: new value}, ...)``) only the first part counts: values read only by the
+    backward are not forward work."""
+    outputs = graph.outputs
+    if isinstance(outputs, tuple) and len(outputs) > 1 and \
+            all(isinstance(x, dict) for x in outputs[1:]):
+        outputs = outputs[0]
+    roots = {v.name for v in flatten_structure(outputs)}
+    g = graph.to_networkx()
+    sink = object()
+    g.add_edges_from((name, sink) for name in roots)
+    return roots, nx.ancestors(g, sink) if roots else set()
+
+
+# ---- the check function --------------------------------------------------------------------
+
+def _is_causal(mask: Mask, consts: Constants, T: int, S: int) -> bool:
+    """Whether an input-independent mask is exactly the causal (top-left tril) mask."""
+    data = consts.array(mask.value)
+    if data is None or data.ndim < 2 or data.shape[-2:] != (T, S):
+        return False
+    tri = np.tril(np.ones((T, S), np.bool_))
+    want = {"keep": tri, "drop": ~tri, "add": np.where(tri, 0.0, -np.inf)}[mask.kind]
+    return bool(np.all(data == want))
+
+
+def _mask_type(masks: list, dtype) -> TensorType | None:
+    if not masks:
+        return None
+    shape = tuple(np.broadcast_shapes(*[x.value.type.shape for x in masks]))
+    return TensorType(shape, bool_ if all(x.kind != "add" for x in masks) else dtype)
+
+
+def check_masks(m: Attention, consts: Constants) -> None:
+    """Float masks of the scores' dtype; causal masks become the causal flag."""
+    T, S = m.qk.outputs[0].type.shape[-2:]
+    dtype = m.qk.outputs[0].type.dtype
+    for mask in m.masks:
+        if mask.kind == "add" and mask.value.type.dtype != dtype:
+            raise NearMiss(m.last, f"the additive mask of {where(mask.node)} is "
+                                   f"{mask.value.type.dtype.name}, not the scores' {dtype.name}")
+    causal = [x for x in m.masks if _is_causal(x, consts, T, S)]
+    m.causal = bool(causal)
+    m.masks = [x for x in m.masks if x not in causal]
+
+
+def check_types(m: Attention) -> None:
+    """The fused op accepts the operands and gives exactly the matmul's result type."""
+    k_type = m.k.type
+    if m.k_dims is not None:
+        k_type = TensorType(tuple(k_type.shape[d] for d in m.k_dims), k_type.dtype)
+    types = [m.q.type, k_type, m.v.type]
+    mask_type = _mask_type(m.masks, m.q.type.dtype)
+    op = get_op(NAME)
+    try:
+        out, = op.infer_types(types + ([mask_type] if mask_type else []),
+                              op.normalize_attrs(fused_attrs(m)))
+    except GraphnnError as e:
+        raise NearMiss(m.last, f"the fused op rejects the operands: {e}") from None
+    if out != m.anchor.outputs[0].type:
+        raise NearMiss(m.last, f"the fused op would give {out}, not the matmul's "
+                               f"{m.anchor.outputs[0].type}")
+
+
+def check_users(m: Attention, users: dict, roots: set, live: set) -> list:
+    """Refuse when forward work reads an intermediate (the fused op would compute it again);
+    return the intermediates only the backward reads (they stay: recomputed there)."""
+    inside = {id(n) for n in m.core + m.side} | {id(m.anchor)}
+    kept = []
+    for node in m.core + m.side:
+        for out in node.outputs:
+            outside = [u for u in users[out.name] if id(u) not in inside]
+            forward = [u for u in outside if any(v.name in live for v in u.outputs)]
+            what = ("the attention weights (" + where(node) + ")" if node is m.probs else
+                    f"the result of {where(node)}")
+            if out.name in roots:
+                raise Refused(f"cannot fuse attention {where(m.anchor)} with {where(node)}: "
+                              f"the graph returns {what}, which the fused op does not return")
+            if forward:
+                user = where(forward[0])
+                raise Refused(f"cannot fuse attention {where(m.anchor)} with {user}: {user} "
+                              f"reads {what}, which the fused op does not return (as "
+                              f"MultiheadAttention's need_weights=True asks)")
+            if outside and node not in kept:
+                kept.append(node)
+    return kept
+
+
+def fused_attrs(m: Attention) -> dict:
+    p, seed = m.dropout
+    return {"scale": m.scale, "causal": m.causal, "has_mask": bool(m.masks), "dropout_p": p,
+            "seed": seed, "kv_groups": m.kv_groups}
+
+
+# ---- the rewrite ---------------------------------------------------------------------------
+
+def _mask_source(mask: Mask):
+    """The old value the fused op's mask is built from (a "drop" mask made by logical_not:
+    the value before it)."""
+    inner = mask.value.producer
+    if mask.kind == "drop" and inner is not None and inner.op == "logical_not":
+        return inner.inputs[0]
+    return mask.value
+
+
+def _fused_inputs(m: Attention) -> list:
+    return [m.q, m.k, m.v] + [_mask_source(x) for x in m.masks]
+
+
+def _live_nodes(graph: Graph, plans: dict) -> set:
+    """ids of the nodes the outputs need when each planned matmul reads its fused inputs."""
+    live = {v.name for v in graph.output_values()}
+    nodes = set()
+    for node in reversed(graph.nodes):
+        if any(v.name in live for v in node.outputs):
+            nodes.add(id(node))
+            reads = _fused_inputs(plans[id(node)]) if id(node) in plans else node.inputs
+            live |= {v.name for v in reads}
+    return nodes
+
+
+def _emit_mask(rw: Rewriter, m: Attention):
+    """One mask value for the fused op: bool masks are and-ed, mixed ones added as 0/-inf."""
+    like, dtype = m.anchor, m.q.type.dtype
+    parts = []
+    for mask in m.masks:
+        source = _mask_source(mask)
+        x = rw.value(source)
+        if mask.kind == "drop" and source is mask.value:
+            x = rw.call("logical_not", x, like=like)
+        elif mask.kind == "add" and mask.factor != 1.0:
+            x = rw.call("mul", x, rw.const(np.asarray(mask.factor, dtype.np)), like=like)
+        parts.append(x)
+    if not parts:
+        return None
+    if all(x.type.dtype is bool_ for x in parts):
+        return functools.reduce(lambda a, b: rw.call("logical_and", a, b, like=like), parts)
+    parts = [_as_bias(rw, x, like) if x.type.dtype is bool_ else x for x in parts]
+    return functools.reduce(lambda a, b: rw.call("add", a, b, like=like), parts)
+
+
+def _as_bias(rw: Rewriter, keep, like):
+    """A bool keep mask as an additive 0 / -inf mask of q's dtype."""
+    dtype = like.outputs[0].type.dtype.np
+    return rw.call("where", keep, rw.const(np.asarray(0, dtype)),
+                   rw.const(np.asarray(-np.inf, dtype)), like=like)
+
+
+def emit_attention(rw: Rewriter, m: Attention) -> None:
+    """Replace the anchor matmul's result by the fused op."""
+    like = m.anchor
+    k = rw.value(m.k)
+    if m.k_dims is not None:
+        k = rw.call("permute", k, like=like, dims=m.k_dims)
+    mask = _emit_mask(rw, m)
+    out = rw.call(NAME, rw.value(m.q), k, rw.value(m.v), *([mask] if mask is not None else []),
+                  like=like, **fused_attrs(m))
+    rw.bind(m.anchor.outputs[0], out)
+
+
+def _describe(m: Attention, kept: list, staying: int) -> str:
+    chain = " -> ".join(n.op for n in [m.qk] + [n for n in reversed(m.core) if n is not m.qk]
+                        + [m.anchor])
+    text = f"fused attention {where(m.anchor)}: {chain} became {NAME}"
+    if kept:
+        text += (f"; the backward reads {', '.join(where(n) for n in kept)} of the pattern, so "
+                 f"{staying} of its nodes stay for the backward (which is not fused)")
+    return text
+
+
+def fuse_attention(graph: Graph) -> Graph:
+    """Replace each attention pattern by one ``scaled_dot_product_attention`` node.
+
+    Assumes: a verified graph, canonicalized (constants folded, permute chains merged) for best
+    results. Guarantees: equal outputs up to rounding (the scale may be applied at another
+    place), except that query rows whose keys are all masked give 0 where the unfused softmax
+    gave nan; the fused node takes the matmul's provenance; nodes of the pattern that other
+    forward work reads block the fusion, nodes only the backward (autodiff) reads are kept.
+    Every fusion, refusal and near-miss is recorded in ``graph.notes``. The nodes a fusion
+    leaves unused are dropped (other dead code is left to dead-code elimination).
+    """
+    consts = Constants(graph)
+    users = graph.users()
+    roots, live = _forward_live(graph)
+    plans, outcomes = {}, []  # outcomes: a note, or the plan of a fusion, in node order
+    for node in graph.nodes:
+        try:
+            m = match_attention(node, consts, users)
+            if m is None:
+                continue
+            check_masks(m, consts)
+            check_types(m)
+            plans[id(node)] = m
+            outcomes.append((m, check_users(m, users, roots, live)))
+        except (NearMiss, Refused) as e:
+            plans.pop(id(node), None)
+            outcomes.append(str(e))
+    made_dead = _live_nodes(graph, {}) - _live_nodes(graph, plans)
+    rw = Rewriter(graph)
+    for outcome in outcomes:
+        if isinstance(outcome, str):
+            rw.note(outcome)
+        else:
+            m, kept = outcome
+            rw.note(_describe(m, kept, sum(1 for n in m.core + m.side if id(n) not in made_dead)))
+    for node in graph.nodes:
+        if id(node) in plans:
+            emit_attention(rw, plans[id(node)])
+        elif id(node) not in made_dead:
+            rw.copy(node)
+    return rw.finish()
