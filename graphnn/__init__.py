@@ -41,3 +41,4 @@ def numel(t) -> int:
 
 from . import autograd, nn, optim  # noqa: E402
 from .serialization import load, save  # noqa: E402
+from .explain import explain  # noqa: E402

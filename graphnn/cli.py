@@ -1,4 +1,5 @@
-"""The ``graphnn`` command: ``graphnn dump-ir`` (see ``cli_dump_ir.py``) and ``--version``.
+"""The ``graphnn`` command: ``dump-ir`` (``cli_dump_ir.py``), ``explain`` (``cli_explain.py``)
+and ``--version``.
 
 Each subcommand adds its own argparse parser and sets ``handler``, a function of the parsed
 arguments returning the exit status.
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import __version__, cli_dump_ir
+from . import __version__, cli_dump_ir, cli_explain
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"graphnn {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     cli_dump_ir.add_parser(commands)
+    cli_explain.add_parser(commands)
     return parser
 
 

@@ -1,96 +1,104 @@
-"""``graphnn dump-ir TARGET --input SHAPE[:DTYPE] ...``: trace a model and print its IR.
-
-TARGET names a Module class (constructed with no arguments), a function returning a Module
-(called with no arguments), a Module instance, or a function of tensors, in a file
-(``path/to/file.py:NAME``) or an importable module (``package.module:NAME``). Usage errors (a bad
-TARGET or --input, a missing file or name, a factory needing arguments, inputs that do not fit
-the forward's arguments) exit with status 2; errors raised while tracing (a shape that does not
-fit the model, data-dependent control flow) exit with status 1. Both print one line to stderr.
-"""
+"""``graphnn dump-ir TARGET --input SHAPE[:DTYPE] ...``: trace a model and print its IR at a
+stage of the compiler: ``traced``, ``optimized`` (after the pass pipeline) or ``backward``
+(the training graph's backward half), optionally as it was after one pass, or as the diffs
+each pass made."""
 from __future__ import annotations
 
 import argparse
-import functools
-import importlib
-import importlib.util
-import inspect
-import os
-import re
 import sys
 import traceback
-import typing
-import warnings
 
-from . import GraphnnError, nn, trace, zeros
-from .frontend.tracer import TraceWarning
+from . import GraphnnError, stages
+from .cli_target import UsageError, add_target_arguments, fail, prepare_target, traced_target
 from .ir import Graph
-from .ir.dtypes import dtype_from_name
+from .passes.pipeline import PIPELINE
 
-# The forms of the graph a user can ask for; later issues add optimized, backward, kernels and
-# per-pass dumps. Each maps the traced graph to the graph to print.
-STAGES = {"traced": lambda graph: graph}
 FORMATS = {"text": str, "json": Graph.to_json, "dot": Graph.to_dot}
+STAGES = ("traced", "optimized", "backward")
 
 _EXAMPLES = """\
 examples:
   graphnn dump-ir examples/models.py:SmallCNN --input 8x3x32x32
-  graphnn dump-ir examples/models.py:make_mlp --input 4x20 --train --format json -o mlp.json
+  graphnn dump-ir examples/models.py:SmallCNN --input 8x3x32x32 --stage optimized
+  graphnn dump-ir examples/models.py:SmallCNN --input 8x3x32x32 --stage optimized --diff
+  graphnn dump-ir examples/models.py:SmallCNN --input 8x3x32x32 --after fuse_epilogue
+  graphnn dump-ir examples/models.py:make_mlp --input 4x20 --stage backward
   graphnn dump-ir examples/models.py:attention --input 2x5x16 --input 2x5x16 --input 2x5x16
-  graphnn dump-ir mypackage.models:Net --input 16x100:int64
+  graphnn dump-ir mypackage.models:Net --input 16x100:int64 --format json -o net.json
 
 Each line of the text form is one op: its result values and types, the op and its operands,
 its attributes, the Module path that produced it (@features.0; @<root> for the model's own
-forward) and the source line. Exit status: 0 on success, 2 for a usage error, 1 when tracing
-fails (the message names the Module path, e.g. "Conv2d at 'features.0': ...").
+forward), the source line, and fuse=gN when a fusion pass put it in a kernel group.
+Passes, in pipeline order: {passes}.
+Exit status: 0 on success, 2 for a usage error, 1 when tracing fails (the message names the
+Module path, e.g. "Conv2d at 'features.0': ...").
 """
 
 
-class UsageError(Exception):
-    """A TARGET or option that dump-ir cannot use (exit status 2)."""
+def _names(text):
+    return [n.strip() for n in text.split(",") if n.strip()] if text else None
 
 
 def add_parser(commands) -> None:
     p = commands.add_parser(
-        "dump-ir", help="trace a model and print its IR",
+        "dump-ir", help="trace a model and print its IR at a compiler stage",
         description="Trace a model's forward with example inputs of the given shapes and\n"
-                    "print the recorded graph (graphnn's IR). Models are traced in eval mode\n"
-                    "unless --train is given.",
-        epilog=_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("target", metavar="TARGET",
-                   help="path/to/file.py:NAME or package.module:NAME, where NAME is a Module "
-                        "class (constructed with no arguments), a function returning a Module "
-                        "(called with no arguments), a Module instance, or a function of tensors")
-    p.add_argument("--input", "-i", action="append", default=[], metavar="SHAPE[:DTYPE]",
-                   help="shape of one example input, dims joined by 'x' (32x3x32x32; 'scalar' "
-                        "for a 0-d tensor), optionally with a dtype (8x16:int64); float32 by "
-                        "default. Repeat it for each tensor argument, in order")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--eval", dest="training", action="store_false",
-                      help="trace the model in eval mode (the default)")
-    mode.add_argument("--train", dest="training", action="store_true",
-                      help="trace the model in training mode (dropout is recorded, batch norm "
-                           "uses batch statistics)")
-    p.set_defaults(training=False, handler=run)
+                    "print graphnn's IR: as traced, after the pass pipeline, or the backward\n"
+                    "graph of training. Models are traced in eval mode unless --train.",
+        epilog=_EXAMPLES.format(passes=", ".join(n for n, _ in PIPELINE)),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_target_arguments(p)
+    p.set_defaults(handler=run)
+    p.add_argument("--stage", choices=STAGES, default=None,
+                   help="traced (the recorded forward; the default), optimized (after the "
+                        "pass pipeline) or backward (the backward graph of the training step)")
+    p.add_argument("--passes", metavar="P1,P2", help="run only these passes (pipeline order)")
+    p.add_argument("--disable", metavar="P1,P2", help="skip these passes")
+    p.add_argument("--after", metavar="PASS",
+                   help="print the graph as it was right after PASS (implies --stage optimized "
+                        "unless --stage backward)")
+    p.add_argument("--diff", action="store_true",
+                   help="print the unified diff each pass made (only PASS's with --after)")
     p.add_argument("--format", choices=list(FORMATS), default="text",
                    help="text (the IR's text form, the default), json or dot (Graphviz)")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
-    p.add_argument("--stage", choices=list(STAGES), default="traced",
-                   help="which form of the graph to print: traced (the recorded forward, the "
-                        "default); later stages come with the compiler")
+
+
+def _staged_text(graph: Graph, args) -> str:
+    stage = args.stage or ("optimized" if args.after or args.diff else "traced")
+    if stage == "traced":
+        if args.after or args.diff or args.passes or args.disable:
+            raise UsageError("--after, --diff, --passes and --disable need --stage optimized "
+                             "or backward")
+        return FORMATS[args.format](graph)
+    passes, disable = _names(args.passes), _names(args.disable)
+    if stage == "optimized":
+        result = stages.optimized(graph, passes, disable)
+        final = result.graph
+    else:
+        train = stages.training(graph, passes, disable)
+        result, final = train.joint, train.backward
+    records = result.records
+    if args.after:
+        records = [r for r in records if r.name == args.after]
+        if not records:
+            ran = ", ".join(r.name for r in result.records) or "none"
+            raise UsageError(f"--after {args.after}: that pass did not run (passes run: {ran})")
+    if args.diff:
+        return "".join(f"### {r.name} ({r.changed_lines} lines changed)\n{r.diff}"
+                       for r in records)
+    if args.after:
+        from .ir import parse
+        return FORMATS[args.format](parse(records[0].text))
+    return FORMATS[args.format](final)
 
 
 def run(args) -> int:
     callee = None
     try:
-        inputs = [parse_input(spec) for spec in args.input]
-        name, obj = load_target(args.target)
-        callee = build(name, obj, args.training)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", TraceWarning)
-            graph = _trace(name, callee, inputs)
-        for w in caught:
-            print(f"graphnn dump-ir: warning: {w.message}", file=sys.stderr)
-        text = FORMATS[args.format](STAGES[args.stage](graph))
+        name, callee, inputs = prepare_target(args)
+        graph = traced_target("dump-ir", name, callee, inputs)
+        text = _staged_text(graph, args)
         if args.output:
             try:
                 with open(args.output, "w", encoding="utf-8") as f:
@@ -101,159 +109,9 @@ def run(args) -> int:
             sys.stdout.write(text)
         return 0
     except UsageError as e:
-        return _fail(e, 2)
+        return fail("dump-ir", e, 2)
     except GraphnnError as e:
-        return _fail(e, 1, callee)
+        return fail("dump-ir", e, 1, callee)
     except Exception as e:  # the user's code failed: show where
         traceback.print_exc()
-        return _fail(f"{type(e).__name__}: {e}", 1, callee)
-
-
-def _fail(message, status: int, callee=None) -> int:
-    print(f"graphnn dump-ir: error: {message}", file=sys.stderr)
-    needed = getattr(callee, "needed_arguments", None)
-    if needed:
-        print(f"graphnn dump-ir: note: {callee.__name__} was traced as a function of tensors "
-              f"(it takes {', '.join(needed)}); a factory must take no arguments",
-              file=sys.stderr)
-    return status
-
-
-def parse_input(spec: str):
-    """``32x3x32x32`` or ``8x16:int64`` (or ``scalar``) as a zero tensor of that shape."""
-    m = re.fullmatch(r"(scalar|\d+(?:x\d+)*)(?::(\w+))?", spec.strip())
-    if m is None:
-        raise UsageError(f"--input {spec!r} is not a shape such as 32x3x32x32 or 8x16:int64")
-    shape = () if m.group(1) == "scalar" else tuple(int(d) for d in m.group(1).split("x"))
-    try:
-        dtype = dtype_from_name(m.group(2) or "float32")
-    except TypeError:
-        raise UsageError(f"--input {spec!r}: unknown dtype {m.group(2)!r} (use float32, "
-                         f"float64, float16, int64, int32, bool...)") from None
-    return zeros(shape, dtype=dtype)
-
-
-def load_target(target: str):
-    """(NAME, the object it names) for ``file.py:NAME`` or ``package.module:NAME``."""
-    location, _, name = target.rpartition(":")
-    if not location or not name:
-        raise UsageError(f"TARGET {target!r} must be path/to/file.py:NAME or "
-                         f"package.module:NAME")
-    if location.endswith(".py") or "/" in location or os.sep in location:
-        module = _import_file(location)
-    else:
-        module = _import_module(location)
-    obj = module
-    for part in name.split("."):
-        if not hasattr(obj, part):
-            raise UsageError(f"{location} has no {name!r}; it defines: {_offer(module)}")
-        obj = getattr(obj, part)
-    return name, obj
-
-
-def _import_file(location: str):
-    path = os.path.abspath(location)
-    if not os.path.isfile(path):
-        raise UsageError(f"no such file: {location}")
-    module_name = "_graphnn_target_" + re.sub(r"\W", "_", os.path.splitext(
-        os.path.basename(path))[0])
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    sys.path.insert(0, os.path.dirname(path))  # the file's own imports of its neighbours
-    spec.loader.exec_module(module)
-    return module
-
-
-def _import_module(location: str):
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        return importlib.import_module(location)
-    except ModuleNotFoundError as e:
-        if e.name and location.startswith(e.name):
-            raise UsageError(f"no module named {location!r} (and no file of that name)") \
-                from None
-        raise
-
-
-def _offer(module) -> str:
-    names = [n for n, v in vars(module).items() if not n.startswith("_") and
-             getattr(v, "__module__", None) == module.__name__ and callable(v)]
-    names += [n for n, v in vars(module).items() if isinstance(v, nn.Module)]
-    return ", ".join(sorted(names)) or "nothing usable (no Module classes or functions)"
-
-
-def _required(fn) -> list:
-    """Names of the parameters of ``fn`` without defaults (not *args/**kwargs)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return []
-    return [p.name for p in params if p.default is p.empty and
-            p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-
-
-def _returns_module(fn) -> bool:
-    try:
-        hint = typing.get_type_hints(fn).get("return")
-    except Exception:  # unresolvable annotations: read them as written
-        hint = getattr(fn, "__annotations__", {}).get("return")
-        return isinstance(hint, str) and "Module" in hint
-    return inspect.isclass(hint) and issubclass(hint, nn.Module)
-
-
-def build(name: str, obj, training: bool):
-    """The Module to trace (in the requested mode), or the function of tensors."""
-    if inspect.isclass(obj):
-        if not issubclass(obj, nn.Module):
-            raise UsageError(f"{name} is a class but not a graphnn.nn.Module")
-        needed = _required(obj)
-        if needed:
-            raise UsageError(f"{name} needs constructor arguments ({', '.join(needed)}); "
-                             f"dump-ir constructs a Module class with no arguments: give them "
-                             f"defaults, or name a function that builds the model")
-        obj = obj()
-    elif not isinstance(obj, nn.Module):
-        if not callable(obj):
-            raise UsageError(f"{name} is a {type(obj).__name__}, not a Module, a Module class "
-                             f"or a function")
-        needed = _required(obj)
-        if needed and _returns_module(obj):
-            raise UsageError(f"{name} is a factory that needs arguments ({', '.join(needed)}); "
-                             f"dump-ir calls a factory with no arguments: give them defaults")
-        if needed:
-            return _function_of_tensors(name, obj, needed)
-        obj = obj()
-        if not isinstance(obj, nn.Module):
-            raise UsageError(f"{name}() returned a {type(obj).__name__}, not a Module: a "
-                             f"factory takes no arguments and returns a graphnn.nn.Module, a "
-                             f"function of tensors takes its tensors as arguments")
-    return obj.train(training)
-
-
-def _function_of_tensors(name, fn, needed):
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        out = fn(*args, **kwargs)
-        if isinstance(out, nn.Module):
-            raise UsageError(f"{name} returned a Module when called with the --input tensors: "
-                             f"it is a factory that needs arguments ({', '.join(needed)}); "
-                             f"dump-ir calls a factory with no arguments: give them defaults")
-        return out
-    call.needed_arguments = needed
-    return call
-
-
-def _trace(name: str, callee, inputs) -> Graph:
-    forward = callee.forward if isinstance(callee, nn.Module) else callee
-    try:
-        inspect.signature(forward).bind(*inputs)
-    except TypeError as e:
-        where = getattr(forward, "__qualname__", name)
-        raise UsageError(f"{name}: {len(inputs)} --input given, which does not fit "
-                         f"{where}{inspect.signature(forward)} ({e}); give one --input per "
-                         f"tensor argument") from None
-    except ValueError:  # no signature to check against
-        pass
-    return trace(callee, *inputs)
+        return fail("dump-ir", f"{type(e).__name__}: {e}", 1, callee)

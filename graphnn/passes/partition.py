@@ -1,8 +1,8 @@
 """Split a joint forward+backward graph into a forward graph and a backward graph.
 
-``partition(joint, num_forward)`` assumes ``joint`` comes from ``autodiff`` (outputs
-``(forward_outputs, {name: gradient})``) and that its first ``num_forward`` nodes are the
-forward computation. It decides, with a minimum cut weighted by bytes (networkx), which forward
+``partition(joint)`` assumes ``joint`` comes from ``autodiff`` (outputs
+``(forward_outputs, {name: gradient})``), possibly optimized since. Its forward part is every
+node the forward outputs depend on; every other node belongs to the backward. It decides, with a minimum cut weighted by bytes (networkx), which forward
 values the forward graph saves for the backward graph and which cheap values the backward graph
 recomputes from saved ones:
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from ..ir.graph import Graph, map_structure
+from ..ir.graph import Graph, flatten_structure, map_structure
 from ..ir.registry import OpGroup, get_op
 
 RECOMPUTABLE = (OpGroup.ELEMENTWISE, OpGroup.SHAPE)
@@ -89,11 +89,23 @@ def _choose(joint: Graph, forward_nodes, backward_nodes):
     return saved, keep
 
 
-def partition(joint: Graph, num_forward: int):
+def _forward_part(joint: Graph, forward_outputs) -> set:
+    """ids of the nodes the forward outputs depend on."""
+    wanted = {v.name for v in flatten_structure(forward_outputs)}
+    part = set()
+    for node in reversed(joint.nodes):
+        if any(v.name in wanted for v in node.outputs):
+            part.add(id(node))
+            wanted |= {v.name for v in node.inputs}
+    return part
+
+
+def partition(joint: Graph):
     """(forward graph, backward graph, PartitionReport); see the module docstring."""
-    forward_nodes = joint.nodes[:num_forward]
-    backward_nodes = joint.nodes[num_forward:]
     forward_outputs, grads = joint.outputs
+    part = _forward_part(joint, forward_outputs)
+    forward_nodes = [n for n in joint.nodes if id(n) in part]
+    backward_nodes = [n for n in joint.nodes if id(n) not in part]
     saved, recompute = _choose(joint, forward_nodes, backward_nodes)
     report = PartitionReport()
 

@@ -20,13 +20,19 @@ from ..ir.verifier import verify
 from .cse import eliminate_common_subexpressions
 from .dce import eliminate_dead_code
 from .fold_constants import fold_constants
+from .fuse_attention import fuse_attention
+from .fuse_elementwise import fuse_elementwise
+from .fuse_epilogue import fuse_epilogue
 from .simplify import simplify
 
 PIPELINE = [
     ("fold_constants", fold_constants),
     ("simplify", simplify),
     ("cse", eliminate_common_subexpressions),
+    ("fuse_attention", fuse_attention),
+    ("fuse_epilogue", fuse_epilogue),
     ("dce", eliminate_dead_code),
+    ("fuse_elementwise", fuse_elementwise),
 ]
 
 

@@ -1,0 +1,78 @@
+"""``graphnn.explain(model, *inputs)``: what the compiler did with a model, per Module.
+
+The report gathers what the passes recorded (fusions made, fusions refused and why, attention
+near-misses), the elementwise fusion groups, the training graph's saved-versus-recomputed
+decision and the memory plans' peak bytes.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from . import stages
+from .frontend.tracer import trace
+from .ir.graph import Graph
+from .passes.fuse_elementwise import describe_groups
+from .passes.memory_plan import plan_memory
+
+_PATH = re.compile(r'@("(?:[^"\\]|\\.)*"|\S+)')
+
+
+def module_of(note: str) -> str:
+    """The first Module path a pass note mentions ('<root>' for the model's own forward)."""
+    m = _PATH.search(note)
+    if m is None:
+        return "<no module>"
+    path = m.group(1).strip('"').rstrip(",;:")
+    return path or "<root>"
+
+
+@dataclass
+class Explanation:
+    graph: Graph  # the optimized forward graph
+    notes: list = field(default_factory=list)
+    groups: str = ""
+    training: str | None = None
+    memory: str = ""
+
+    def by_module(self) -> dict:
+        table = {}
+        for note in self.notes:
+            table.setdefault(module_of(note), []).append(note)
+        return table
+
+    def __str__(self):
+        lines = [f"== graphnn explain: {self.graph.name} ==", "", "-- fusion, per Module --"]
+        modules = self.by_module()
+        for path in sorted(modules):
+            lines.append(f"{path}:")
+            lines += [f"  {note}" for note in modules[path]]
+        if not modules:
+            lines.append("(no fusion decisions recorded)")
+        lines += ["", "-- elementwise fusion groups --", self.groups or "(none)"]
+        if self.training is not None:
+            lines += ["", "-- training: saved for backward vs recomputed --", self.training]
+        lines += ["", "-- memory --", self.memory]
+        return "\n".join(lines) + "\n"
+
+
+def explain(model, *inputs, passes=None, disable=None, training: bool = True) -> Explanation:
+    """Trace ``model`` on ``inputs``, run the pipeline (and, with ``training``, autodiff and the
+    forward/backward partition) and report the decisions; the model is not changed."""
+    graph = trace(model, *inputs)
+    result = stages.optimized(graph, passes, disable)
+    report = Explanation(result.graph, list(result.graph.notes),
+                         describe_groups(result.graph))
+    memory = [f"forward: {_peak_line(plan_memory(result.graph))}"]
+    if training and stages.differentiable_names(result.graph):
+        train = stages.training(graph, passes, disable)
+        report.notes += [n for n in train.joint.graph.notes if n not in report.notes]
+        report.training = str(train.report)
+        memory.append(f"training forward: {_peak_line(plan_memory(train.forward))}")
+        memory.append(f"training backward: {_peak_line(plan_memory(train.backward))}")
+    report.memory = "\n".join(memory)
+    return report
+
+
+def _peak_line(plan) -> str:
+    return f"peak {plan.peak_before} bytes unplanned, {plan.peak_after} bytes planned"

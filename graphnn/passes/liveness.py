@@ -1,0 +1,121 @@
+"""Liveness over a graph's node order (its schedule), counted in kernels.
+
+A *kernel* (a step) is a maximal run of consecutive nodes of one fusion group, or one unfused
+node. For every value the analysis gives the step that defines it (-1 for inputs, parameters and
+constants), the last step that reads it (``len(steps)`` for graph outputs: they outlive the
+call), which results never leave their kernel (fused intermediates, no buffer needed) and which
+values share storage: the result of a ``reshape`` is a view of its input's contiguous buffer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir.graph import Graph, Value
+from ..ir.registry import OpGroup, get_op
+
+VIEW_OPS = ("reshape",)  # ops whose result is a view of their (contiguous) input
+
+
+def nbytes(value: Value) -> int:
+    return value.type.numel * value.type.dtype.itemsize
+
+
+@dataclass
+class Storage:
+    """Values sharing one piece of memory: a root and the views of it."""
+
+    root: Value
+    values: list
+    first: int  # the step that writes it (-1: external)
+    last: int  # the last step that reads any of its values
+
+    @property
+    def external(self) -> bool:
+        return self.root.kind != "node"
+
+    @property
+    def nbytes(self) -> int:
+        return nbytes(self.root)
+
+
+@dataclass
+class Liveness:
+    steps: list  # kernels in order, each a list of nodes
+    step_of: dict  # node result name -> step
+    last_use: dict  # value name -> last reading step
+    internal: set  # node results that never leave their kernel
+    storage_of: dict = field(default_factory=dict)  # value name -> Storage (not for internal)
+
+    def storages(self) -> list:
+        """Every storage once, in order of the step that writes it."""
+        seen = {}
+        for s in self.storage_of.values():
+            seen.setdefault(s.root.name, s)
+        return sorted(seen.values(), key=lambda s: s.first)
+
+    def kernel_reads(self, step: int) -> list:
+        """Values a kernel reads from outside itself, each once, in order."""
+        inside = {v.name for n in self.steps[step] for v in n.outputs}
+        seen = {}
+        for node in self.steps[step]:
+            for v in node.inputs:
+                if v.name not in inside:
+                    seen.setdefault(v.name, v)
+        return list(seen.values())
+
+    def readers(self, value_name: str) -> list:
+        """(step, node) for each node that reads the value."""
+        return [(i, n) for i, k in enumerate(self.steps) for n in k
+                if any(v.name == value_name for v in n.inputs)]
+
+
+def kernels(graph: Graph) -> list:
+    steps = []
+    for node in graph.nodes:
+        if steps and node.fusion is not None and steps[-1][-1].fusion == node.fusion:
+            steps[-1].append(node)
+        else:
+            steps.append([node])
+    return steps
+
+
+def is_elementwise_kernel(kernel: list) -> bool:
+    return all(get_op(n.op).group is OpGroup.ELEMENTWISE for n in kernel)
+
+
+def analyze(graph: Graph, views: bool = True) -> Liveness:
+    """Kernels, definition and last-use steps, fused intermediates and storages of ``graph``."""
+    steps = kernels(graph)
+    end = len(steps)
+    step_of = {v.name: i for i, k in enumerate(steps) for n in k for v in n.outputs}
+    last_use = {v.name: step_of.get(v.name, -1) for v in graph.values()}
+    leaves_kernel = set()
+    for i, kernel in enumerate(steps):
+        for node in kernel:
+            for v in node.inputs:
+                last_use[v.name] = max(last_use[v.name], i)
+                if step_of.get(v.name, -1) != i:
+                    leaves_kernel.add(v.name)
+    for v in graph.output_values():
+        last_use[v.name] = end
+        leaves_kernel.add(v.name)
+    internal = {name for name, i in step_of.items()
+                if len(steps[i]) > 1 and name not in leaves_kernel}
+    live = Liveness(steps, step_of, last_use, internal)
+    roots = {}
+    for v in graph.inputs + graph.params + graph.consts:
+        roots[v.name] = Storage(v, [v], -1, last_use[v.name])
+    for i, kernel in enumerate(steps):
+        for node in kernel:
+            for v in node.outputs:
+                if v.name in internal:
+                    continue
+                if views and node.op in VIEW_OPS:
+                    storage = roots[node.inputs[0].name]
+                    storage.values.append(v)
+                    storage.last = max(storage.last, last_use[v.name])
+                else:
+                    storage = Storage(v, [v], i, last_use[v.name])
+                roots[v.name] = storage
+    live.storage_of = roots
+    return live

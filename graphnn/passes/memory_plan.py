@@ -1,0 +1,256 @@
+"""Memory planning: which buffer holds each value, with reuse and in-place execution.
+
+``plan_memory(graph, inplace_updates=None, donate=(), views=True) -> MemoryPlan`` assumes a
+verified graph whose node order is the schedule (after ``fuse_elementwise``: groups
+contiguous) and does not modify it. The plan:
+
+- *Liveness* (``liveness.analyze``): a value occupies memory from the kernel that writes it to
+  the last kernel that reads it; graph outputs to the end. Results of a fusion group read only
+  inside the group live in registers and get no buffer. A ``reshape`` result is a view: it
+  shares its input's storage, which then lives as long as any of its views (``views=False``
+  gives every reshape its own buffer).
+- *External* memory: inputs, parameters, buffers and constants belong to the caller; they are
+  never freed, reused or written, except for the in-place updates asked for below and the
+  inputs or parameters named in ``donate`` (in-place kernels may overwrite them once they die).
+- *Reuse* (best fit, no splitting): kernels are walked in order; a storage written by a kernel
+  takes the smallest free buffer of at least its size (ties: the oldest buffer), else a new
+  buffer of exactly its size. A storage frees its buffer after its last reading kernel.
+- *In place*: an elementwise kernel (every node elementwise) whose result has exactly the type of
+  a value it reads that dies in this kernel (every read of that storage in the kernel has this
+  type, which is also the kernel's iteration shape) writes its result into that value's buffer:
+  each element is read before it is overwritten. Never into external memory unless donated.
+- *Parameter updates* (``inplace_updates={output name: parameter or input name}``, e.g. a
+  training step's new weights and optimizer state): the output is written into the parameter's
+  own buffer when legal: same type, the parameter is not itself returned, and every read of the
+  parameter happens before the kernel that writes the output, or in that kernel under the
+  in-place rule. Refusals say why and the output gets an ordinary buffer.
+
+Guarantees: no two values that are live at the same time share a buffer, except a value and the
+input it overwrites in place within one kernel, and the views of one storage. ``peak_before``
+gives every node result its own buffer; ``peak_after`` is the planned arena; both include the
+external bytes. ``report()`` prints it all.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ..ir.errors import GraphnnError
+from ..ir.graph import Graph
+from .fuse_elementwise import describe, op_and_scope
+from .liveness import Liveness, analyze, is_elementwise_kernel, nbytes
+
+
+class MemoryPlanError(GraphnnError, ValueError):
+    """A request the planner cannot read (unknown value names)."""
+
+
+@dataclass
+class Buffer:
+    name: str  # "b0"... in the arena; "%w" for an external value's own memory
+    nbytes: int
+    values: list = field(default_factory=list)  # root value names placed in it, in order
+
+
+@dataclass
+class MemoryPlan:
+    graph: Graph
+    liveness: Liveness
+    buffers: list  # the arena's buffers
+    buffer_of: dict  # value name -> buffer name (every value that has memory)
+    inplace: dict  # value name -> name of the value whose buffer it overwrites
+    updates: dict  # accepted in-place updates: output name -> parameter name
+    refused: list  # refused updates: "output -> parameter: reason"
+    donated: tuple  # inputs/parameters whose memory in-place kernels may overwrite (those
+    # that receive an update are not donated)
+    external_bytes: int
+    peak_before: int
+    peak_after: int
+    busiest: tuple  # (step, bytes of arena buffers holding live values then)
+
+    def report(self) -> str:
+        live = self.liveness
+        g = self.graph
+        lines = [f"memory plan for {g.name}: {len(live.steps)} kernels, "
+                 f"{sum(len(n.outputs) for n in g.nodes)} node results",
+                 f"  external (inputs, params, consts): {self.external_bytes} bytes",
+                 f"  before: every result its own buffer, peak {self.peak_before} bytes",
+                 f"  after: {len(self.buffers)} buffers, peak {self.peak_after} bytes "
+                 f"(busiest kernel {self.busiest[0]}: {self.busiest[1]} bytes live in the arena)"]
+        if live.internal:
+            lines.append("  fused (no buffer): " + " ".join(
+                f"%{v.name}" for n in g.nodes for v in n.outputs if v.name in live.internal))
+        views = [f"%{v.name} -> %{s.root.name}" for s in live.storages() for v in s.values[1:]]
+        if views:
+            lines.append("  views: " + ", ".join(views))
+        for value, source in self.inplace.items():
+            lines.append(f"  in place: %{value} overwrites %{source} "
+                         f"({op_and_scope(_producer(g, value))})")
+        for value, param in self.updates.items():
+            lines.append(f"  update in place: %{value} -> %{param}")
+        lines += [f"  refused update: {r}" for r in self.refused]
+        if self.donated:
+            lines.append("  donated: " + ", ".join(f"%{name}" for name in self.donated))
+        lines.append("  buffers:")
+        for b in self.buffers:
+            spans = ", ".join(f"%{name} [{self._span(name)}]" for name in b.values)
+            lines.append(f"    {b.name} {b.nbytes} bytes: {spans}")
+        return "\n".join(lines) + "\n"
+
+    def _span(self, name: str) -> str:
+        """``first-last`` kernels of a storage (``end``: it is returned)."""
+        storage = self.liveness.storage_of[name]
+        last = "end" if storage.last == len(self.liveness.steps) else storage.last
+        return f"{storage.first}-{last}"
+
+
+def _producer(graph, name):
+    return next(n for n in graph.nodes if any(v.name == name for v in n.outputs))
+
+
+def _overwrite_safe(live: Liveness, step: int, value, storage) -> bool:
+    """Whether kernel ``step`` may write ``value`` over ``storage`` while reading it: an
+    elementwise kernel of ``value``'s size that reads the storage only at ``value``'s type."""
+    kernel = live.steps[step]
+    if not is_elementwise_kernel(kernel):
+        return False
+    if value.type.numel != max(v.type.numel for n in kernel for v in n.outputs):
+        return False
+    reads = [r for r in live.kernel_reads(step) if live.storage_of.get(r.name) is storage]
+    return bool(reads) and all(r.type == value.type for r in reads)
+
+
+def _inplace_source(live: Liveness, step: int, value, taken: set, donated=()):
+    """(storage, value read) of a storage dying in kernel ``step`` that ``value`` may
+    overwrite (external memory only when donated), or None."""
+    for v in live.kernel_reads(step):
+        storage = live.storage_of.get(v.name)
+        if storage is None or storage.last != step or storage.root.name in taken or \
+                (storage.external and storage.root.name not in donated):
+            continue
+        if _overwrite_safe(live, step, value, storage):
+            return storage, v
+    return None
+
+
+def _check_update(live: Liveness, graph: Graph, out_name: str, param_name: str,
+                  claimed: dict) -> str | None:
+    """Why ``out_name`` cannot be written into ``param_name``'s buffer (None: it can)."""
+    out, param = live.storage_of[out_name].root, live.storage_of[param_name].root
+    value = next(v for v in graph.output_values() if v.name == out_name)
+    if value.type != param.type:
+        return f"its type {value.type} differs from the parameter's {param.type}"
+    storage = live.storage_of[out_name]
+    if storage.external:
+        return f"it is not computed by the graph (it is %{out.name})"
+    if param_name in claimed:
+        return f"%{claimed[param_name]} already updates %{param_name}"
+    if any(live.storage_of[o].root is out for o in claimed.values()):
+        return "its storage already updates another parameter"
+    params = live.storage_of[param_name]
+    if params.last == len(live.steps):
+        return f"%{param_name} is itself returned by the graph"
+    write = storage.first
+    for view in params.values:
+        for step, node in live.readers(view.name):
+            if step > write:
+                return (f"%{param_name} is read by {describe(node)} in kernel {step}, after the "
+                        f"write in kernel {write}")
+    if params.last == write and not _overwrite_safe(live, write, out, params):
+        return (f"kernel {write} reads %{param_name} while writing %{out.name} and is not "
+                f"an elementwise kernel of the parameter's shape")
+    return None
+
+
+def _updates(live, graph, inplace_updates) -> tuple:
+    names = {v.name for v in graph.output_values()}
+    owners = {v.name for v in graph.inputs + graph.params}
+    accepted, refused = {}, []
+    for out_name, param_name in (inplace_updates or {}).items():
+        if out_name not in names:
+            raise MemoryPlanError(f"plan_memory: %{out_name} is not an output of graph "
+                                  f"{graph.name}")
+        if param_name not in owners:
+            raise MemoryPlanError(f"plan_memory: %{param_name} is not a parameter or input of "
+                                  f"graph {graph.name}")
+        reason = _check_update(live, graph, out_name, param_name, accepted)
+        if reason is None:
+            accepted[param_name] = out_name
+        else:
+            refused.append(f"%{out_name} -> %{param_name}: {reason}")
+    return {o: p for p, o in accepted.items()}, refused
+
+
+def _take_free(buffers: list, free: list, size: int) -> int:
+    """The smallest free buffer of at least ``size`` bytes (oldest first), else a new one."""
+    fits = [i for i in free if buffers[i].nbytes >= size]
+    if not fits:
+        buffers.append(Buffer(f"b{len(buffers)}", size))
+        return len(buffers) - 1
+    index = min(fits, key=lambda i: (buffers[i].nbytes, i))
+    free.remove(index)
+    return index
+
+
+def _assign(live: Liveness, update_root: dict, donated) -> tuple:
+    """Walk the kernels in order placing each storage: (buffers, holder, inplace, busiest)
+    where holder maps a storage root to an arena buffer index or an external ``%name``."""
+    buffers, free, inplace = [], [], {}
+    holder = {s.root.name: f"%{s.root.name}" for s in live.storages() if s.external}
+    starting, ending = defaultdict(list), defaultdict(list)
+    for s in live.storages():
+        if not s.external:
+            starting[s.first].append(s)
+            ending[s.last].append(s)
+    live_now, busiest = {}, (0, 0)
+    for step in range(len(live.steps)):
+        taken = set()
+        for storage in starting[step]:
+            root = storage.root.name
+            source = None if root in update_root else \
+                _inplace_source(live, step, storage.root, taken, donated)
+            if root in update_root:
+                holder[root] = f"%{update_root[root]}"
+            elif source is not None:
+                taken.add(source[0].root.name)
+                holder[root] = holder[source[0].root.name]
+                inplace[root] = source[1].name
+            else:
+                holder[root] = _take_free(buffers, free, storage.nbytes)
+            if isinstance(holder[root], int):
+                buffers[holder[root]].values.append(root)
+            live_now[root] = holder[root]
+        in_use = {h for h in live_now.values() if isinstance(h, int)}
+        arena_live = sum(buffers[i].nbytes for i in in_use)
+        if arena_live > busiest[1]:
+            busiest = (step, arena_live)
+        for storage in ending[step]:
+            index = live_now.pop(storage.root.name)
+            if storage.root.name not in taken and isinstance(index, int) and index not in free:
+                free.append(index)
+    return buffers, holder, inplace, busiest
+
+
+def plan_memory(graph: Graph, inplace_updates: dict | None = None, *, donate=(),
+                views: bool = True) -> MemoryPlan:
+    """Plan the buffers of ``graph`` (see the module docstring for the rules)."""
+    live = analyze(graph, views)
+    owners = {v.name for v in graph.inputs + graph.params}
+    unknown = [name for name in donate if name not in owners]
+    if unknown:
+        raise MemoryPlanError(f"plan_memory: cannot donate {unknown}: not inputs or parameters "
+                              f"of graph {graph.name}")
+    updates, refused = _updates(live, graph, inplace_updates)
+    update_root = {live.storage_of[o].root.name: p for o, p in updates.items()}
+    # a parameter that receives an update keeps its memory for it: it is not also donated
+    donated = tuple(name for name in donate if name not in updates.values())
+    buffers, holder, inplace, busiest = _assign(live, update_root, set(donated))
+    buffer_of = {}
+    for name, storage in live.storage_of.items():
+        index = holder[storage.root.name]
+        buffer_of[name] = buffers[index].name if isinstance(index, int) else index
+    external = sum(nbytes(v) for v in graph.inputs + graph.params + graph.consts)
+    before = external + sum(nbytes(v) for n in graph.nodes for v in n.outputs)
+    after = external + sum(b.nbytes for b in buffers)
+    return MemoryPlan(graph, live, buffers, buffer_of, inplace, updates, refused,
+                      donated, external, before, after, busiest)
