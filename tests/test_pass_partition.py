@@ -1,7 +1,6 @@
 """Forward/backward partition: forward then backward equals the joint graph; the min-cut
 saves what must be saved and recomputes cheap elementwise values; the report lists both."""
 import numpy as np
-import pytest
 
 import ir_samples
 from graphnn.ir import Graph, interpret, parse, verify

@@ -84,3 +84,21 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
             g = zeros_like(t)
         result.append(g if g is None or create_graph else g.detach())
     return tuple(result)
+
+
+def zero_grads(params, set_to_none: bool = True) -> None:
+    """Drop each parameter's ``.grad`` (``set_to_none``), or detach it and zero it in place, so
+    that whoever holds the ``.grad`` object (an optimizer) sees the zeros."""
+    from .grad_mode import no_grad
+    for p in params:
+        if p.grad is None:
+            continue
+        if set_to_none:
+            p.grad = None
+            continue
+        if p.grad.grad_fn is not None:
+            p.grad.detach_()
+        else:
+            p.grad.requires_grad_(False)
+        with no_grad():
+            p.grad.zero_()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from ..frontend.autograd_api import zero_grads
 from ..frontend.tensor import Tensor
 from ..ir.errors import GraphnnError, UnsupportedError
 from .call import call_module
@@ -342,17 +343,7 @@ class Module(HookMixin, StateMixin):
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop every parameter's ``.grad`` (or zero it in place with ``set_to_none=False``)."""
-        for p in self.parameters():
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-                continue
-            if p.grad.grad_fn is not None:
-                p.grad.detach_()
-            else:
-                p.grad.requires_grad_(False)
-            p.grad.zero_()
+        zero_grads(self.parameters(), set_to_none)
 
     def compile(self, *args, **kwargs):
         raise UnsupportedError(f"{type(self).__name__}.compile(): graphnn's compiler is not "

@@ -10,6 +10,7 @@ import copy
 import warnings
 from collections import defaultdict
 
+from ..frontend.autograd_api import zero_grads
 from ..frontend.grad_mode import enable_grad, no_grad
 from ..frontend.tensor import Tensor
 from ..ir.errors import GraphnnError
@@ -88,19 +89,7 @@ class Optimizer:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop every parameter's ``.grad`` (default), or zero it in place and detach it."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                    continue
-                if p.grad.grad_fn is not None:
-                    p.grad.detach_()
-                else:
-                    p.grad.requires_grad_(False)
-                with no_grad():
-                    p.grad.zero_()
+        zero_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
 
     # ---- stepping -----------------------------------------------------------------------------
 
