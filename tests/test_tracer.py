@@ -14,6 +14,7 @@ from graphnn.frontend import functions, trace_state
 from graphnn.frontend.dispatch import apply1, apply_op
 from graphnn.frontend.tracer import TraceError, TraceWarning
 from graphnn.ir import interpret, parse, verify
+from test_seed_examples import _note_classes
 
 HERE = "test_tracer.py:"
 
@@ -205,63 +206,9 @@ def test_nn_multihead_attention_tuple_output():
 
 # ---- the examples of the Modules note (seed 002) -------------------------------------------------
 
-class MyLinear(nn.Module):
-    def __init__(self, in_features, out_features):
-        super().__init__()
-        self.weight = nn.Parameter(graphnn.randn(in_features, out_features))
-        self.bias = nn.Parameter(graphnn.randn(out_features))
-
-    def forward(self, input):
-        return (input @ self.weight) + self.bias
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.l0 = MyLinear(4, 3)
-        self.l1 = MyLinear(3, 1)
-
-    def forward(self, x):
-        return self.l1(self.l0(x).relu())
-
-
-class BigNet(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.l1 = MyLinear(5, 4)
-        self.net = Net()
-
-    def forward(self, x):
-        return self.net(self.l1(x))
-
-
-class DynamicNet(nn.Module):
-    def __init__(self, num_layers):
-        super().__init__()
-        self.linears = nn.ModuleList([MyLinear(4, 4) for _ in range(num_layers)])
-        self.activations = nn.ModuleDict({"relu": nn.ReLU(), "lrelu": nn.LeakyReLU()})
-        self.final = MyLinear(4, 1)
-
-    def forward(self, x, act):
-        for linear in self.linears:
-            x = self.activations[act](linear(x))
-        return self.final(x)
-
-
-class ModalModule(nn.Module):
-    def forward(self, x):
-        return x + 1.0 if self.training else x
-
-
-class RunningMean(nn.Module):
-    def __init__(self, num_features, momentum=0.9):
-        super().__init__()
-        self.momentum = momentum
-        self.register_buffer("mean", graphnn.zeros(num_features))
-
-    def forward(self, x):
-        self.mean = self.momentum * self.mean + (1.0 - self.momentum) * x
-        return self.mean
+NOTE = _note_classes(graphnn)  # the note's modules, as test_seed_examples defines them
+BigNet, DynamicNet = NOTE["BigNet"], NOTE["DynamicNet"]
+ModalModule, RunningMean = NOTE["ModalModule"], NOTE["RunningMean"]
 
 
 def test_modules_note_nested_modules():
