@@ -425,8 +425,7 @@ def test_root_module_errors_say_root_and_model_keeps_working():
     net = _Features()
     with pytest.raises(ShapeError, match=r"^Linear \(root module\): expected input"):
         net.features[1](graphnn.ones(2, 7))
-    with pytest.raises(UnsupportedError, match="not implemented yet"):
-        net.compile()
+    net.compile()  # in place: the rest runs compiled code
     x = graphnn.randn(3, 4, requires_grad=True)
     theirs = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()),
                                  torch.nn.Linear(3, 2))

@@ -346,8 +346,9 @@ class Module(HookMixin, StateMixin):
         zero_grads(self.parameters(), set_to_none)
 
     def compile(self, *args, **kwargs):
-        raise UnsupportedError(f"{type(self).__name__}.compile(): graphnn's compiler is not "
-                               f"implemented yet; the model runs eagerly")
+        """Compile in place (see ``graphnn.compile``): later calls run compiled code."""
+        from ..compiler import compile_module  # the glue layer, imported when asked for
+        return compile_module(self, *args, **kwargs)
 
     def __call__(self, *args, **kwargs):
         return call_module(self, args, kwargs)

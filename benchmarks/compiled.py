@@ -1,0 +1,137 @@
+"""The issue's workloads in one process: graphnn eager, graphnn compiled (numpy backend),
+PyTorch eager and (when it works here) torch.compile. Prints median milliseconds, the ratio to
+PyTorch eager (lower is better) and compile time (first call minus a steady call).
+
+Usage: python benchmarks/compiled.py [--repeat N] [--only mlp,cnn,transformer] [--no-torch-compile]
+"""
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+
+import graphnn
+from graphnn import nn, optim
+
+
+def mlp(lib):
+    return lib.nn.Sequential(lib.nn.Linear(784, 256), lib.nn.ReLU(), lib.nn.Linear(256, 256),
+                             lib.nn.ReLU(), lib.nn.Linear(256, 10))
+
+
+def cnn(lib):
+    n = lib.nn
+    return n.Sequential(n.Conv2d(3, 32, 3, padding=1), n.ReLU(), n.MaxPool2d(2),
+                        n.Conv2d(32, 64, 3, padding=1), n.ReLU(), n.MaxPool2d(2), n.Flatten(),
+                        n.Linear(4096, 10))
+
+
+def transformer(lib):
+    if lib is graphnn:
+        return nn.TransformerBlock(256, 4, d_ff=1024, causal=True)
+    return torch.nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True,
+                                            norm_first=True)
+
+
+WORKLOADS = {
+    "mlp": (mlp, (64, 784), "classes"),
+    "cnn": (cnn, (32, 3, 32, 32), "classes"),
+    "transformer": (transformer, (8, 128, 256), "regression"),
+}
+
+
+def _copy_weights(ours, theirs):
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()},
+                         strict=False)
+
+
+def _median_ms(fn, repeat):
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def _runners(lib, model, x, target, kind):
+    crit = (lib.nn.CrossEntropyLoss() if kind == "classes" else lib.nn.MSELoss())
+    opt = (optim if lib is graphnn else torch.optim).SGD(model.parameters(), lr=1e-3)
+    no_grad = graphnn.no_grad if lib is graphnn else torch.no_grad
+
+    def forward():
+        with no_grad():
+            model(x)
+
+    def step():
+        opt.zero_grad()
+        out = model(x)
+        loss = crit(out if kind == "classes" else out, target)
+        loss.backward()
+        opt.step()
+    return forward, step
+
+
+def run(name, repeat, try_torch_compile):
+    make, shape, kind = WORKLOADS[name]
+    rng = np.random.default_rng(0)
+    xa = rng.standard_normal(shape).astype(np.float32)
+    ta = rng.integers(0, 10, shape[0]) if kind == "classes" else \
+        rng.standard_normal(shape).astype(np.float32)
+    tmodel = make(torch)
+    variants = {}
+    for label in ("graphnn eager", "graphnn compiled"):
+        model = make(graphnn)
+        _copy_weights(model, tmodel)
+        if label == "graphnn compiled":
+            model.compile()
+        variants[label] = (graphnn, model, graphnn.tensor(xa), graphnn.tensor(ta))
+    variants["torch eager"] = (torch, tmodel, torch.tensor(xa), torch.tensor(ta))
+    if try_torch_compile:
+        variants["torch.compile"] = (torch, torch.compile(make(torch)), torch.tensor(xa),
+                                     torch.tensor(ta))
+    rows = {}
+    for label, (lib, model, x, t) in variants.items():
+        forward, step = _runners(lib, model, x, t, kind)
+        try:
+            start = time.perf_counter()
+            forward()
+            first_fwd = time.perf_counter() - start
+            start = time.perf_counter()
+            step()
+            first_step = time.perf_counter() - start
+            fwd_ms = _median_ms(forward, repeat)
+            step_ms = _median_ms(step, repeat)
+        except Exception as e:  # torch.compile may not work on this machine
+            print(f"  {label}: failed ({type(e).__name__}: {str(e)[:80]})")
+            continue
+        compile_s = max(first_fwd - fwd_ms / 1e3, 0) + max(first_step - step_ms / 1e3, 0)
+        rows[label] = (fwd_ms, step_ms, compile_s)
+    base_f, base_s, _ = rows["torch eager"]
+    print(f"\n{name}: input {list(shape)}")
+    print(f"  {'variant':18s} {'fwd ms':>9s} {'ratio':>6s} {'step ms':>9s} {'ratio':>6s} "
+          f"{'compile s':>10s}")
+    for label, (f, s, c) in rows.items():
+        print(f"  {label:18s} {f:9.2f} {f / base_f:6.2f} {s:9.2f} {s / base_s:6.2f} {c:10.2f}")
+
+
+def gemm_peak_gflops():
+    a = np.random.rand(1024, 1024).astype(np.float32)
+    ms = _median_ms(lambda: a @ a, 10)
+    return 2 * 1024 ** 3 / (ms / 1e3) / 1e9
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--only", default="mlp,cnn,transformer")
+    p.add_argument("--no-torch-compile", action="store_true")
+    args = p.parse_args()
+    print(f"NumPy float32 GEMM peak here: {gemm_peak_gflops():.1f} GFLOP/s")
+    for name in args.only.split(","):
+        run(name, args.repeat, not args.no_torch_compile)
+
+
+if __name__ == "__main__":
+    main()

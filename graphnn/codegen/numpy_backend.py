@@ -1,0 +1,361 @@
+"""The NumPy backend: a Graph -> readable, straight-line Python source -> a callable kernel.
+
+``generate(graph, plan=None)`` returns the source of a module defining
+``kernel(inputs, params, buffers)``: one statement per node (``v3 = np.add(v1, v2)  # @fc``),
+each op lowered through ``numpy_lowerings`` (a table of expression templates; ops without a
+specialised lowering call the registry's reference implementation, bound into the module as
+``_op_<name>``, so every op is covered and results have exactly the IR types). ``load(source)``
+executes the source in a fresh module namespace and returns its ``kernel``.
+
+``inputs`` is a list of arrays in ``graph.inputs`` order, ``params`` a dict name -> array and
+``buffers`` a dict the caller owns and passes again on every call (scratch arrays the kernel may
+keep across calls). The kernel returns the output structure with arrays in place of values; no
+returned array aliases a scratch buffer that a later call overwrites.
+
+Memory: results written through ``out=`` live in scratch buffers ``b0, b1...`` that the kernel
+allocates once per ``buffers`` dict (under a key derived from the graph text) and reuses across
+nodes (liveness over the node order; an elementwise node overwrites a dying operand of its own
+type in place, so a fused group becomes a chain of in-place ufunc calls) and across calls.
+Graph outputs are always fresh arrays; an output that may view a scratch buffer is copied.
+Nodes that depend on constants only are computed once when the module loads.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import keyword
+import math
+import re
+import types
+
+import numpy as np
+
+from graphnn.ir import Graph, OpGroup, get_op
+from graphnn.ir.dtypes import DType
+
+from .numpy_lowerings import Lowered, lowering_for
+
+def _version() -> str:
+    """``numpy-1+<hash of this backend's sources>``: a cache key part that changes whenever
+    the emitter, the lowering table or the support kernels change."""
+    from pathlib import Path
+    here = Path(__file__).parent
+    digest = hashlib.sha1()
+    for name in ("numpy_backend.py", "numpy_lowerings.py", "numpy_support.py"):
+        digest.update((here / name).read_bytes())
+    return f"numpy-1+{digest.hexdigest()[:10]}"
+
+
+BACKEND_VERSION = _version()
+
+
+# ---- literals --------------------------------------------------------------------------------
+
+def literal(value) -> str:
+    """Python source that evaluates to ``value`` inside a generated module."""
+    if isinstance(value, DType):
+        return f"_rt.dtype({value.name!r})"
+    if isinstance(value, (bool, np.bool_)):
+        return repr(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return repr(int(value))
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        if math.isnan(value):
+            return "float('nan')"
+        if math.isinf(value):
+            return "float('inf')" if value > 0 else "float('-inf')"
+        return repr(value)
+    if isinstance(value, tuple):
+        inner = [literal(v) for v in value]
+        return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
+    if isinstance(value, list):
+        return "[" + ", ".join(literal(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{literal(k)}: {literal(v)}" for k, v in value.items()) + "}"
+    if value is None or isinstance(value, str):
+        return repr(value)
+    raise TypeError(f"numpy backend: cannot write attribute value {value!r} as source")
+
+
+def _type_literal(t) -> str:
+    return f"_rt.ttype({literal(tuple(t.shape))}, {t.dtype.name!r})"
+
+
+# ---- names -----------------------------------------------------------------------------------
+
+class _Names:
+    """Python identifiers for IR values: ``%0`` -> ``v0``, ``%c1.weight`` -> ``v_c1_weight``."""
+
+    def __init__(self):
+        self.of: dict[str, str] = {}
+        self.taken: set[str] = {"np", "inputs", "params", "buffers", "kernel"}
+
+    def add(self, name: str) -> str:
+        base = re.sub(r"\W", "_", name)
+        base = "v" + base if base[:1].isdigit() else "v_" + base
+        ident, n = base, 1
+        while ident in self.taken or keyword.iskeyword(ident):
+            ident, n = f"{base}_{n}", n + 1
+        self.taken.add(ident)
+        self.of[name] = ident
+        return ident
+
+
+def _comment(node, extra=None) -> str:
+    parts = [] if extra is None else [extra]
+    if node.scope is not None:
+        parts.append(f"@{node.scope or '<root>'}")
+    if node.fusion is not None:
+        parts.append(f"fuse={node.fusion}")
+    return ("  # " + " ".join(parts)) if parts else ""
+
+
+def _structure(structure, names) -> str:
+    if structure is None:
+        return "None"
+    if isinstance(structure, dict):
+        return "{" + ", ".join(f"{k!r}: {_structure(v, names)}" for k, v in structure.items()) \
+            + "}"
+    if isinstance(structure, (tuple, list)):
+        inner = [_structure(v, names) for v in structure]
+        return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
+    return names(structure)
+
+
+# ---- generation ------------------------------------------------------------------------------
+
+class _Context:
+    """What a lowering may ask for while its node is emitted: module-level bindings, the
+    reference call, and an ``out=`` scratch buffer for its result (``out_arg``)."""
+
+    def __init__(self, graph, kernel_id):
+        self.kernel_id = kernel_id
+        self.header: list[str] = []  # module-level bindings
+        self.bound: set[str] = set()
+        self.types: dict[tuple, str] = {}
+        self.names = _Names()
+        self.memory = _Memory(graph)
+        self.node_index = -1
+
+    def bind(self, name: str, source: str) -> str:
+        if name not in self.bound:
+            self.bound.add(name)
+            self.header.append(f"{name} = {source}")
+        return name
+
+    def out_types(self, node) -> str:
+        key = tuple((tuple(v.type.shape), v.type.dtype.name) for v in node.outputs)
+        if key not in self.types:
+            name = f"_t{len(self.types)}"
+            self.types[key] = name
+            listed = [_type_literal(v.type) for v in node.outputs]
+            self.header.append(f"{name} = ({', '.join(listed)},)")
+        return self.types[key]
+
+    def reference(self, node, args) -> str:
+        fn = self.bind(f"_op_{node.op}", f"_rt.reference({node.op!r})")
+        attrs = "".join(f", {k}={literal(v)}" for k, v in node.attrs.items())
+        call_args = ", ".join(args)
+        sep = ", " if args else ""
+        return f"{fn}({call_args}{sep}_out={self.out_types(node)}{attrs})"
+
+    def out_arg(self, node, inplace: bool = False) -> str:
+        """``, out=bK`` naming a scratch buffer for the node's single result, or ``""`` when the
+        result must be a fresh array (a graph output). ``inplace``: the lowering is elementwise
+        over the result's shape, so a dying input of the same type may be overwritten."""
+        buf = self.memory.assign(self.node_index, node.outputs[0], inplace)
+        return f", out={buf}" if buf else ""
+
+    def used(self, value) -> bool:
+        return self.memory.used(value)
+
+    def scratch_key(self, node) -> str:
+        """A key for a lowering's private scratch arrays in the caller's ``buffers`` dict."""
+        return f"{self.kernel_id}:{node.outputs[0].name}"
+
+    def is_buffer_view(self, value) -> bool:
+        return bool(self.memory.alias.get(value.name))
+
+
+class _Memory:
+    """Scratch buffers reused across nodes (liveness over the node order) and across calls.
+
+    A value written through ``out=`` occupies a buffer; values that may view it (results of
+    view lowerings and of reference calls, which may return views of their operands) keep it
+    alive. A buffer is free again after the last read of every value that may view it; graph
+    outputs never live in a buffer, and an output that may view one is copied on return."""
+
+    def __init__(self, graph):
+        self.last = {}
+        for i, node in enumerate(graph.nodes):
+            for v in node.inputs:
+                self.last[v.name] = i
+            for v in node.outputs:
+                self.last.setdefault(v.name, i)
+        self.outputs = {v.name for v in graph.output_values()}
+        for name in self.outputs:
+            self.last[name] = len(graph.nodes)
+        self.read = {v.name for n in graph.nodes for v in n.inputs} | self.outputs
+        self.specs: list[tuple] = []  # buffer index -> (shape, numpy dtype name)
+        self.free: dict[tuple, list[int]] = {}
+        self.alias: dict[str, set] = {}  # value name -> buffers it may view
+        self.holders: dict[int, set] = {}  # buffer -> values that may view it
+        self.direct: dict[str, int] = {}  # value name -> the buffer it was written into
+
+    def used(self, value) -> bool:
+        return value.name in self.read
+
+    def assign(self, step, value, inplace):
+        if value.name in self.outputs:
+            return None
+        spec = (tuple(value.type.shape), value.type.dtype.np.name)
+        chosen = None
+        if inplace:
+            node = value.producer
+            for v in node.inputs:
+                b = self.direct.get(v.name)
+                if b is not None and self.specs[b] == spec and self.last[v.name] == step \
+                        and self.holders[b] == {v.name} and v.type == value.type:
+                    chosen = b
+                    break
+        if chosen is None:
+            pool = self.free.get(spec)
+            if pool:
+                chosen = pool.pop()
+            else:
+                chosen = len(self.specs)
+                self.specs.append(spec)
+                self.holders[chosen] = set()
+        self.direct[value.name] = chosen
+        self.alias[value.name] = {chosen}
+        self.holders[chosen].add(value.name)
+        return f"b{chosen}"
+
+    def after(self, step, node, viewing: bool):
+        """Record ``node``'s results (``viewing``: they may view its operands' buffers), then
+        release buffers whose last reader was this node."""
+        for v in node.outputs:
+            if v.name not in self.alias:
+                may = set().union(*(self.alias.get(i.name, set()) for i in node.inputs)) \
+                    if viewing else set()
+                self.alias[v.name] = may
+                for b in may:
+                    self.holders[b].add(v.name)
+        for v in list(node.inputs) + list(node.outputs):
+            if self.last.get(v.name) == step:
+                for b in self.alias.get(v.name, ()):
+                    holders = self.holders[b]
+                    if v.name in holders:
+                        holders.discard(v.name)
+                        if not holders:
+                            self.free.setdefault(self.specs[b], []).append(b)
+
+
+def _constant_nodes(graph) -> set:
+    """ids of the nodes that depend on constants only (no input, parameter or random op):
+    the generated module computes them once at load time instead of on every call."""
+    constant = {v.name for v in graph.consts}
+    hoisted = set()
+    for node in graph.nodes:
+        if get_op(node.op).group is OpGroup.RANDOM:
+            continue
+        if all(v.name in constant for v in node.inputs):
+            hoisted.add(id(node))
+            constant.update(v.name for v in node.outputs)
+    return hoisted
+
+
+def _group_header(graph, node, index) -> str | None:
+    """A comment line opening fusion group ``node.fusion`` at its first node."""
+    if node.fusion is None or (index and graph.nodes[index - 1].fusion == node.fusion):
+        return None
+    members = [n for n in graph.nodes if n.fusion == node.fusion]
+    scopes = sorted({n.scope for n in members if n.scope})
+    where = f" ({', '.join('@' + s for s in scopes)})" if scopes else ""
+    return f"# fused group {node.fusion}: {len(members)} nodes{where}"
+
+
+def generate(graph: Graph, plan=None) -> str:
+    """Python source of a module defining ``kernel(inputs, params, buffers)`` for ``graph``.
+
+    ``plan`` (a memory plan from ``plan_memory``) is accepted for the interface, but scratch
+    buffers come from this backend's own liveness-based reuse (``_Memory``): the plan gives no
+    memory to values internal to a fusion group (a Triton kernel keeps them in registers), while
+    NumPy materialises every node's result, so its assignment does not fit this backend."""
+    kernel_id = hashlib.sha1(str(graph).encode()).hexdigest()[:12]
+    ctx = _Context(graph, kernel_id)
+    names = ctx.names
+    body: list[str] = []
+    for i, v in enumerate(graph.inputs):
+        body.append(f"{names.add(v.name)} = inputs[{i}]  # input %{v.name}: {v.type}")
+    for v in graph.params:
+        body.append(f"{names.add(v.name)} = params[{v.name!r}]  # {v.kind}: {v.type}")
+    consts = []
+    for v in graph.consts:
+        ident = names.add(v.name)
+        data = np.array(v.data, order="C")
+        b64 = base64.b64encode(data.tobytes()).decode("ascii")
+        consts.append(f"{ident} = _rt.const({b64!r}, {data.dtype.name!r}, "
+                      f"{literal(tuple(data.shape))})  # const %{v.name}: {v.type}")
+    scratch_at = len(body)
+    hoisted = _constant_nodes(graph)
+    for index, node in enumerate(graph.nodes):
+        ctx.node_index = index
+        args = [names.of[v.name] for v in node.inputs]
+        outs = [names.add(v.name) for v in node.outputs]
+        if id(node) in hoisted:  # computed once, when the module loads
+            consts.append(f"{', '.join(outs)} = {ctx.reference(node, args)}"
+                          f"{_comment(node, 'constant, computed at load')}")
+            ctx.memory.after(index, node, False)
+            continue
+        lowered = lowering_for(node.op)(node, args, ctx)
+        if lowered is None:  # the generic path: the op's reference implementation
+            lowered = Lowered(ctx.reference(node, args), views=True)
+        elif isinstance(lowered, str):
+            lowered = Lowered(lowered)
+        targets = outs if lowered.targets is None else [names.of[v.name] for v in lowered.targets]
+        target = ", ".join(targets)
+        header = _group_header(graph, node, index)
+        if header:
+            body.append(header)
+        body.append(f"{target} = {lowered.expr}{_comment(node)}")
+        ctx.memory.after(index, node, lowered.views)
+    memory = ctx.memory
+    if memory.specs:
+        specs = ", ".join(f"({literal(shape)}, {dt!r})" for shape, dt in memory.specs)
+        idents = [f"b{i}" for i in range(len(memory.specs))]
+        body[scratch_at:scratch_at] = [
+            f"_scratch = buffers.get({kernel_id!r})",
+            "if _scratch is None:  # first call in this buffers dict: allocate once",
+            f"    _scratch = buffers[{kernel_id!r}] = _rt.allocate(_BUFFERS)",
+            f"{', '.join(idents)}{',' if len(idents) == 1 else ''} = _scratch"]
+        ctx.header.append(f"_BUFFERS = ({specs},)  # scratch buffers b0.. (shape, dtype)")
+
+    def leaf(v):
+        ident = names.of[v.name]
+        if v.kind == "const" or memory.alias.get(v.name) or id(v.producer) in hoisted:
+            return ident + ".copy()"  # never hand out memory a later call overwrites
+        return ident
+    body.append(f"return {_structure(graph.outputs, leaf)}")
+    lines = [f'"""graphnn NumPy kernel for graph {graph.name} '
+             f'({len(graph.nodes)} nodes; backend {BACKEND_VERSION})."""',
+             f"# graph {graph.name}",
+             "import numpy as np",
+             "from graphnn.codegen import numpy_support as _rt", ""]
+    lines += ctx.header + consts + ["", "",
+                                    "def kernel(inputs, params, buffers):",
+                                    "    with np.errstate(all='ignore'):"]
+    lines += ["        " + line for line in body]
+    return "\n".join(lines) + "\n"
+
+
+def load(source: str):
+    """Execute ``source`` in a fresh module namespace and return its ``kernel``."""
+    module = types.ModuleType("graphnn_numpy_kernel")
+    module.__dict__["__source__"] = source
+    exec(compile(source, "<graphnn numpy kernel>", "exec"), module.__dict__)
+    return module.kernel
+
+
+__all__ = ["BACKEND_VERSION", "generate", "load", "literal"]

@@ -1,0 +1,307 @@
+"""The per-op lowering table of the NumPy backend (ARCHITECTURE convention 9).
+
+``LOWERINGS`` maps an op name to ``lower(node, args, ctx) -> str | Lowered | None``: a Python
+expression computing the node's results from the argument expressions ``args`` (a ``Lowered``
+also says whether the results may view the operands, or assigns only some results), or None
+when this node's types need the generic path. The generic path calls the registry's reference
+implementation bound into the generated module (``ctx.reference``), so every registry op has a
+lowering (``lowering_for``). ``ctx.out_arg(node)`` gives ``, out=bK`` (a scratch buffer reused
+across nodes and calls) or ``""`` where the result must be a fresh array.
+
+Exactness. Elementwise lowerings (ufuncs with ``out=``), reductions with ``out=``, softmax,
+max pooling and attention run the same NumPy operations in the same order as the reference
+implementations: equal to the interpreter bit for bit. They are emitted only where that holds:
+every data operand has the compute dtype, results are not 0-d, and float16 is computed in
+float32 (``dtype=np.float32``) and rounded once, as the reference does. GEMM-based lowerings
+(``matmul`` and ``matmul_epilogue`` with the leading dims of a 3-D+ operand folded into one
+GEMM; ``conv2d``/``conv2d_epilogue`` as im2col + a batched GEMM with the bias folded in;
+``conv2d_weight_grad``/``conv2d_input_grad`` as batched GEMMs with im2col/col2im) sum in another
+order: equal to the interpreter within 1e-5 relative (float32), listed in ``GEMM_OPS``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphnn.ir import get_op
+from graphnn.ir.ops.shape_rules import normalize_dims
+
+
+@dataclass
+class Lowered:
+    """A lowering's result: ``expr``; ``views``: the results may view the operands' memory;
+    ``targets``: the result values assigned (None: all of them, in order)."""
+
+    expr: str
+    views: bool = False
+    targets: list | None = None
+
+
+# op -> NumPy ufunc spelling; each is exactly the function the reference implementation applies
+UFUNCS = {
+    "add": "np.add", "sub": "np.subtract", "mul": "np.multiply", "div": "np.true_divide",
+    "remainder": "np.remainder", "floor_divide": "np.floor_divide", "neg": "np.negative",
+    "maximum": "np.maximum", "minimum": "np.minimum", "exp": "np.exp", "log": "np.log",
+    "sqrt": "np.sqrt", "abs": "np.abs", "tanh": "np.tanh",
+    "eq": "np.equal", "ne": "np.not_equal", "lt": "np.less", "le": "np.less_equal",
+    "gt": "np.greater", "ge": "np.greater_equal", "logical_and": "np.logical_and",
+    "logical_or": "np.logical_or", "logical_xor": "np.logical_xor",
+    "logical_not": "np.logical_not",
+}
+COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge"}
+LOGICAL = {"logical_and", "logical_or", "logical_xor", "logical_not"}
+FLOAT_GEMM = ("float32", "float64")  # dtypes the GEMM/conv/attention templates take
+
+
+def np_dtype(value) -> str:
+    """``np.float32`` etc.: the NumPy spelling of a value's dtype."""
+    name = value.type.dtype.np.name
+    return "np.bool_" if name == "bool" else f"np.{name}"
+
+
+def _dtype_name(value) -> str:
+    return value.type.dtype.np.name
+
+
+def _nonscalar(node) -> bool:
+    return all(v.type.shape for v in node.outputs)
+
+
+def ufunc_compute(node, data_from: int = 0):
+    """The NumPy dtype name a plain ufunc call must compute in to equal the reference
+    implementation ("" for the operands' own dtype), or None when no plain call does."""
+    if not _nonscalar(node):
+        return None
+    dtypes = {v.type.dtype for v in node.inputs[data_from:]}
+    if len(dtypes) != 1:
+        return None
+    (dt,) = dtypes
+    if node.op in COMPARISONS:
+        return ""
+    if node.op in LOGICAL:
+        return "" if dt.np == np.bool_ else None
+    if node.outputs[0].type.dtype != dt:
+        return None
+    return "float32" if dt.np == np.float16 else ""
+
+
+def _call(fn, args, node, ctx, compute, inplace=True) -> str:
+    """``fn(args, out=bK[, dtype=...])``; float16 through float32, rounded into the result."""
+    extra = f", dtype=np.{compute}" if compute else ""
+    out = ctx.out_arg(node, inplace=inplace)
+    call = f"{fn}({', '.join(args)}{out}{extra})"
+    if compute and not out:
+        call += f".astype({np_dtype(node.outputs[0])})"
+    return call
+
+
+def _ufunc(node, args, ctx):
+    compute = ufunc_compute(node)
+    if compute is None:
+        return None
+    return _call(UFUNCS[node.op], args, node, ctx, compute)
+
+
+def _relu(node, args, ctx):
+    compute = ufunc_compute(node)
+    if compute is None:
+        return None
+    return _call("np.maximum", [args[0], f"{np_dtype(node.outputs[0])}(0)"], node, ctx, compute)
+
+
+def _rsqrt(node, args, ctx):
+    if ufunc_compute(node) != "" or not _dtype_name(node.inputs[0]).startswith("float"):
+        return None
+    return f"_rt.rsqrt({args[0]}{ctx.out_arg(node, inplace=True)})"
+
+
+def _where(node, args, ctx):
+    compute = ufunc_compute(node, data_from=1)
+    if compute != "":
+        return None
+    return f"np.where({', '.join(args)})"
+
+
+def _cast(node, args, ctx):
+    return f"{args[0]}.astype({np_dtype(node.outputs[0])})"
+
+
+def _reshape(node, args, ctx):
+    return Lowered(f"{args[0]}.reshape({tuple(node.attrs['shape'])!r})", views=True)
+
+
+def _permute(node, args, ctx):
+    return Lowered(f"{args[0]}.transpose({tuple(node.attrs['dims'])!r})", views=True)
+
+
+def _expand(node, args, ctx):
+    return Lowered(f"np.broadcast_to({args[0]}, {tuple(node.attrs['shape'])!r})", views=True)
+
+
+def _slice(node, args, ctx):
+    parts = []
+    for size, a, b, c in zip(node.inputs[0].type.shape, node.attrs["starts"],
+                             node.attrs["stops"], node.attrs["steps"]):
+        text = "" if a == 0 else str(a)
+        text += ":" + ("" if b == size else str(b))
+        text += "" if c == 1 else f":{c}"
+        parts.append(text)
+    return Lowered(f"{args[0]}[{', '.join(parts) or '...'}]", views=True)
+
+
+# ---- reductions and normalisation ----------------------------------------------------------------
+
+def _float_in(node, names=("float32", "float64")) -> bool:
+    return _nonscalar(node) and _dtype_name(node.inputs[0]) in names and \
+        node.outputs[0].type.dtype == node.inputs[0].type.dtype
+
+
+def _reduce(fn):
+    def lower(node, args, ctx):
+        if not _float_in(node) or node.inputs[0].type.numel == 0:
+            return None
+        axes = normalize_dims(node.op, node.attrs["dims"], node.inputs[0].type.ndim)
+        return f"{fn}({args[0]}, axis={axes!r}, keepdims={node.attrs['keepdim']}" \
+               f"{ctx.out_arg(node)})"
+    return lower
+
+
+def _mean(node, args, ctx):
+    if not _float_in(node) or node.inputs[0].type.numel == 0:
+        return None
+    t = node.inputs[0].type
+    axes = normalize_dims("mean", node.attrs["dims"], t.ndim)
+    count = math.prod(t.shape[a] for a in axes)
+    out = ctx.out_arg(node)
+    return f"_rt.mean({args[0]}, {axes!r}, {node.attrs['keepdim']}, " \
+           f"{np_dtype(node.outputs[0])}({count}){out})"
+
+
+def _softmax(node, args, ctx):
+    t = node.inputs[0].type
+    if not _float_in(node) or t.shape[node.attrs["dim"] % t.ndim] == 0:
+        return None
+    return f"_rt.softmax({args[0]}, {node.attrs['dim']}{ctx.out_arg(node, inplace=True)})"
+
+
+# ---- contractions, convolution, pooling, attention -----------------------------------------------
+
+def _gemm_ok(node) -> bool:
+    return _nonscalar(node) and all(_dtype_name(v) in FLOAT_GEMM for v in node.inputs)
+
+
+def _matmul(node, args, ctx):
+    if not _gemm_ok(node):
+        return None
+    return f"_rt.matmul_epilogue({', '.join(args)}{ctx.out_arg(node)})"
+
+
+def _split(node, args):
+    """(first, second, bias or "None", residual or "None") operands of a fused call."""
+    rest = list(args[2:])
+    bias = rest.pop(0) if node.attrs["bias"] else "None"
+    residual = rest.pop(0) if node.attrs["residual"] else "None"
+    return args[0], args[1], bias, residual
+
+
+def _matmul_epilogue(node, args, ctx):
+    if not _gemm_ok(node):
+        return None
+    a, b, bias, residual = _split(node, args)
+    return f"_rt.matmul_epilogue({a}, {b}, {bias}, {residual}, " \
+           f"activation={node.attrs['activation']!r}{ctx.out_arg(node)})"
+
+
+def _geometry(node) -> str:
+    return ", ".join(f"{k}={node.attrs[k]!r}" for k in ("stride", "padding", "dilation", "groups"))
+
+
+def _conv(node, x, w, bias, residual, activation, ctx):
+    return f"_rt.conv2d({x}, {w}, {bias}, {residual}, {_geometry(node)}, " \
+           f"activation={activation!r}{ctx.out_arg(node)}, buffers=buffers, " \
+           f"key={ctx.scratch_key(node)!r})"
+
+
+def _conv2d(node, args, ctx):
+    if not _gemm_ok(node):
+        return None
+    bias = args[2] if len(args) == 3 else "None"
+    return _conv(node, args[0], args[1], bias, "None", "none", ctx)
+
+
+def _conv2d_epilogue(node, args, ctx):
+    if not _gemm_ok(node):
+        return None
+    x, w, bias, residual = _split(node, args)
+    return _conv(node, x, w, bias, residual, node.attrs["activation"], ctx)
+
+
+def _conv_grad(kind):
+    def lower(node, args, ctx):
+        if not _gemm_ok(node):
+            return None
+        attrs = ", ".join(f"{k}={tuple(v) if isinstance(v, (list, tuple)) else v!r}"
+                          for k, v in node.attrs.items())
+        return f"_rt.conv2d_{kind}_grad({', '.join(args)}, {attrs}{ctx.out_arg(node)}, " \
+               f"buffers=buffers, key={ctx.scratch_key(node)!r})"
+    return lower
+
+
+def _max_pool2d(node, args, ctx):
+    if not _dtype_name(node.inputs[0]).startswith("float"):
+        return None
+    geo = ", ".join(f"{k}={node.attrs[k]!r}" for k in
+                    ("kernel_size", "stride", "padding", "dilation", "ceil_mode"))
+    values, indices = node.outputs
+    if ctx.used(indices):
+        return f"_rt.max_pool2d({args[0]}, {geo})"
+    return Lowered(f"_rt.max_pool2d({args[0]}, {geo}, indices=False)", targets=[values])
+
+
+def _attention(node, args, ctx):
+    a = node.attrs
+    if not _gemm_ok(node) or a["dropout_p"]:
+        return None
+    if a["has_mask"] and _dtype_name(node.inputs[3]) not in ("bool",) + FLOAT_GEMM:
+        return None
+    return f"_rt.attention({', '.join(args)}, scale={a['scale']!r}, causal={a['causal']}, " \
+           f"kv_groups={a['kv_groups']}{ctx.out_arg(node)}, buffers=buffers, " \
+           f"key={ctx.scratch_key(node)!r})"
+
+
+LOWERINGS = {name: _ufunc for name in UFUNCS}
+LOWERINGS.update({
+    "relu": _relu, "rsqrt": _rsqrt, "where": _where, "cast": _cast,
+    "reshape": _reshape, "permute": _permute, "expand": _expand, "slice": _slice,
+    "sum": _reduce("np.sum"), "amax": _reduce("np.amax"), "amin": _reduce("np.amin"),
+    "mean": _mean, "softmax": _softmax,
+    "matmul": _matmul, "matmul_epilogue": _matmul_epilogue,
+    "conv2d": _conv2d, "conv2d_epilogue": _conv2d_epilogue,
+    "conv2d_input_grad": _conv_grad("input"), "conv2d_weight_grad": _conv_grad("weight"),
+    "max_pool2d": _max_pool2d, "scaled_dot_product_attention": _attention,
+})
+
+
+def generic(node, args, ctx):
+    """Every op: a call of the registry's reference implementation (exact IR types)."""
+    return None
+
+
+def lowering_for(op_name: str):
+    """The lowering of ``op_name``: its specialised entry, else the generic reference call."""
+    get_op(op_name)  # unknown ops fail here, naming the op
+    return LOWERINGS.get(op_name, generic)
+
+
+def specialised_ops() -> list[str]:
+    return sorted(LOWERINGS)
+
+
+# GEMM-based lowerings: equal to the interpreter within 1e-5 relative, not bit for bit
+GEMM_OPS = frozenset({"matmul", "matmul_epilogue", "conv2d", "conv2d_epilogue",
+                      "conv2d_input_grad", "conv2d_weight_grad"})
+
+__all__ = ["LOWERINGS", "Lowered", "UFUNCS", "GEMM_OPS", "lowering_for", "specialised_ops",
+           "generic"]

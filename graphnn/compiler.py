@@ -1,0 +1,565 @@
+"""``graphnn.compile`` and ``Module.compile``: trace -> passes -> codegen -> runtime.
+
+``compile(fn_or_module, backend="numpy", passes=None, disable=None, dynamic=False,
+recompile_limit=8)`` returns a ``CompiledFunction``. Its first call for a signature (see
+``runtime.guards``: tensor shapes, dtypes and requires_grad, the non-tensor arguments, the
+parameters' types, train/eval mode and grad mode) traces the forward, optimizes the graph
+(``stages``), plans memory, and loads a kernel through the caches; later calls with that
+signature run the kernel directly and return graphnn Tensors. Parameters are read from the
+module at every call, so optimizer steps are seen.
+
+Training: with grad mode on and a parameter or input requiring grad, the traced forward is
+differentiated (autodiff with respect to those), the joint graph optimized and partitioned;
+the forward kernel returns the outputs and the saved values, and the output is put on the eager
+tape with a ``CompiledNode`` whose backward runs the backward kernel, so ``loss.backward()``
+fills ``.grad`` as eager autograd does.
+
+Falls back to eager, with a warning that says why, when: compiling fails (trace refused, an op
+without a lowering...), the signature count passes ``recompile_limit``, a submodule has hooks
+(hooks of the compiled module itself run around the compiled forward as usual), the forward
+writes module state in place (batch norm running statistics in training) or runs an op
+with a random seed inside (attention dropout). Random values made by creation ops (``rand``,
+as dropout uses) become graph inputs drawn per call with fresh seeds, in the order eager draws
+them. Several differentiable outputs (attention's output and
+weights) are differentiated together as a vector-Jacobian product. A recompile is logged on
+the "graphnn" logger (INFO) and kept in ``recompile_reasons``.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+import logging
+import threading
+import types
+import warnings
+
+import numpy as np
+
+from . import stages
+from .frontend import trace_state
+from .frontend.compiled_node import attach
+from .frontend.grad_mode import is_grad_enabled
+from .frontend.random import next_seed
+from .frontend.tensor import Tensor
+from .frontend.tracer import trace
+from .ir.emit import Builder
+from .ir.errors import UnsupportedError
+from .ir.graph import flatten_structure, map_structure
+from .ir.graph_emitter import GraphEmitter
+from .ir.registry import get_op
+from .ir.verifier import verify
+from .nn import hooks as H
+from .passes.autodiff import autodiff
+from .passes.memory_plan import plan_memory
+from .passes.partition import partition
+from .passes.pipeline import run_pipeline
+from .runtime.artifact import CompiledArtifact
+from .runtime.backends import get_backend
+from .runtime.guards import Signature, describe_change, spec_of
+
+log = logging.getLogger("graphnn")
+
+__all__ = ["CompileWarning", "CompiledFunction", "compile", "compile_module"]
+
+
+class CompileWarning(UserWarning):
+    """The compiled path was left for eager execution (the message says why)."""
+
+
+_EAGER = "eager"  # a signature entry that runs the eager forward
+
+
+class _Ran:
+    """The eager result of a call whose compile failed (the forward runs once per call)."""
+
+    def __init__(self, result):
+        self.result = result
+
+
+def _is_module(obj) -> bool:
+    return all(callable(getattr(obj, n, None)) for n in ("forward", "state_dict", "modules"))
+
+
+def _has_hooks(module) -> bool:
+    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or module._backward_pre_hooks)
+
+
+def _global_hooks() -> bool:
+    return bool(H.global_forward_hooks or H.global_forward_pre_hooks
+                or H.global_backward_hooks or H.global_backward_pre_hooks)
+
+
+def _is_random(graph) -> bool:
+    return any(node.attrs.get("seed") is not None for node in graph.nodes)
+
+
+class _Random:
+    """Random values lifted out of a graph: drawn per call with fresh seeds, in trace order,
+    from graphnn's global generator (as eager draws them, so ``manual_seed`` reproduces)."""
+
+    def __init__(self, specs):
+        self.specs = specs  # (op, attrs, TensorType) per lifted input
+        self._traced = True  # the compiling call uses the seeds its trace drew
+        self._lock = threading.Lock()
+
+    def draw(self) -> list:
+        if not self.specs:
+            return []
+        with self._lock:
+            traced, self._traced = self._traced, False
+        return [get_op(op).run([], attrs if traced else {**attrs, "seed": next_seed()}, [t])[0]
+                for op, attrs, t in self.specs]
+
+
+def _lift_random(graph):
+    """(graph with each input-less seeded op replaced by a new input, _Random)."""
+    g = copy.deepcopy(graph)
+    replace, keep, specs = {}, [], []
+    for node in g.nodes:
+        node.inputs = [replace.get(v.name, v) for v in node.inputs]
+        if node.attrs.get("seed") is not None and not node.inputs and len(node.outputs) == 1:
+            name = f"random_{len(specs)}"
+            while name in {v.name for v in g.values()}:
+                name += "_"
+            out = node.outputs[0]
+            replace[out.name] = g.add_input(name, out.type)
+            specs.append((node.op, dict(node.attrs), out.type))
+        else:
+            keep.append(node)
+    g.nodes = keep
+    g.outputs = map_structure(lambda v: None if v is None else replace.get(v.name, v), g.outputs)
+    return verify(g), _Random(specs)
+
+
+# ---- the call's tensors, in graph input order ----------------------------------------------------
+
+def _flatten_call(signature, args, kwargs):
+    """(tensors in the tracer's input order, a key of everything else)."""
+    tensors, static = [], []
+
+    def walk(v):
+        if isinstance(v, Tensor):
+            tensors.append(v)
+            static.append("T")
+        elif isinstance(v, (tuple, list)):
+            static.append((type(v).__name__, len(v)))
+            for x in v:
+                walk(x)
+        elif isinstance(v, dict):
+            static.append(("dict", tuple(v)))
+            for x in v.values():
+                walk(x)
+        else:
+            static.append(v if isinstance(v, (int, float, str, bool, type(None)))
+                          else repr(v))
+
+    if signature is None:
+        for v in args:
+            walk(v)
+        for k, v in kwargs.items():
+            static.append(k)
+            walk(v)
+    else:
+        bound = signature.bind(*args, **kwargs)
+        for name, v in bound.arguments.items():
+            static.append(name)
+            walk(v)
+    return tensors, tuple(static)
+
+
+def _template(result):
+    """The containers of an eager result (the graph keeps lists as tuples): list, tuple and
+    namedtuple types, so compiled calls return what the eager forward returns."""
+    if isinstance(result, (tuple, list)):
+        return (type(result), [_template(v) for v in result])
+    if isinstance(result, dict):
+        return (dict, {k: _template(v) for k, v in result.items()})
+    return None
+
+
+def _to_tensors(structure, template=None):
+    if structure is None:
+        return None
+    if isinstance(structure, tuple):
+        kind, inner = template if template is not None else (tuple, [None] * len(structure))
+        items = [_to_tensors(v, t) for v, t in zip(structure, inner)]
+        if kind is list:
+            return items
+        return kind(*items) if hasattr(kind, "_fields") else tuple(items)
+    if isinstance(structure, dict):
+        inner = template[1] if template is not None else {}
+        return {k: _to_tensors(v, inner.get(k)) for k, v in structure.items()}
+    return Tensor._wrap(np.asarray(structure))
+
+
+def _recording(fn, holder):
+    """``fn`` for the tracer (same signature; a bound Module method stays one, so the module's
+    state is bound), appending the result's container template to ``holder``."""
+    def record(*args, **kwargs):
+        result = fn(*args, **kwargs)
+        holder.append(_template(result))
+        return result
+
+    if inspect.ismethod(fn):
+        def method(self, *args, **kwargs):
+            return record(*args, **kwargs)
+        method.__signature__ = inspect.signature(fn.__func__)
+        method.__name__ = fn.__name__
+        return types.MethodType(method, fn.__self__)
+    return functools.wraps(fn)(record)
+
+
+def _flat_tensors(structure) -> list:
+    if isinstance(structure, Tensor):
+        return [structure]
+    if isinstance(structure, (tuple, list)):
+        return [t for v in structure for t in _flat_tensors(v)]
+    if isinstance(structure, dict):
+        return [t for v in structure.values() for t in _flat_tensors(v)]
+    return []
+
+
+# ---- one signature's compiled code --------------------------------------------------------------
+
+class _Inference:
+    template = None  # the eager result's containers (see _template)
+
+    def __init__(self, artifact, random):
+        self.artifact, self.random = artifact, random
+
+    def __call__(self, tensors, state):
+        params = {n: state[n]._data for n in self.artifact.param_names}
+        out = self.artifact.run([t._data for t in tensors] + self.random.draw(), params)
+        return _to_tensors(out, self.template)
+
+
+class _Training:
+    """Forward kernel (outputs + saved values) and backward kernel (gradient dict).
+
+    ``targets`` are the flat output positions put on the tape, ``grad_feeds`` the backward
+    input fed with each one's gradient (None: a scalar whose backward was built for a unit
+    gradient, scaled afterwards).
+    """
+
+    template = None
+
+    def __init__(self, forward, backward, wrt_params, wrt_inputs, targets, grad_feeds, name,
+                 random):
+        self.forward, self.backward, self.random = forward, backward, random
+        self.wrt_params = wrt_params  # param names
+        self.wrt_inputs = wrt_inputs  # (graph input name, position in the call's tensors)
+        self.targets, self.grad_feeds = targets, grad_feeds
+        self.name = name
+        self.backward_inputs = [v.name for v in backward.graph.inputs]
+        self.forward_inputs = [v.name for v in forward.graph.inputs]
+        self.saved_names = [v.name for v in forward.graph.outputs[1]]
+
+    def __call__(self, tensors, state):
+        arrays = [t._data for t in tensors] + self.random.draw()
+        params = {n: state[n]._data for n in self.forward.param_names}
+        outputs, saved = self.forward.run(arrays, params)
+        feed = dict(zip(self.saved_names, saved))
+        feed.update(zip(self.forward_inputs, arrays))
+        bparams = {n: state[n]._data for n in self.backward.param_names}
+        result = _to_tensors(outputs, self.template)
+        flat = _flat_tensors(result)
+        grad_inputs = [state[n] for n in self.wrt_params] + \
+                      [tensors[i] for _, i in self.wrt_inputs]
+        names = list(self.wrt_params) + [n for n, _ in self.wrt_inputs]
+        backward, grad_feeds, backward_inputs = self.backward, self.grad_feeds, \
+            self.backward_inputs
+        name = self.name
+
+        def on_backward(grads):
+            if all(g is None for g in grads):
+                return [None] * len(names)
+            if is_grad_enabled():
+                raise UnsupportedError(
+                    f"{name}: backward through compiled code with create_graph=True "
+                    f"(higher-order gradients) is not supported; run the model eagerly")
+            feed_now, scale = dict(feed), None
+            for g, key, t in zip(grads, grad_feeds, flat_targets):
+                g = np.zeros(t.shape, t.dtype.np) if g is None else g.detach()._data
+                if key is None:
+                    scale = None if (g.shape == () and g == 1) else g
+                else:
+                    feed_now[key] = np.ascontiguousarray(g)
+            res = backward.run([feed_now[n] for n in backward_inputs], bparams)
+            out = []
+            for n in names:
+                a = res[n]
+                if scale is not None:
+                    a = (a * scale).astype(a.dtype, copy=False)
+                out.append(Tensor._wrap(np.asarray(a)))
+            return out
+
+        flat_targets = [flat[i] for i in self.targets]
+        if flat_targets:
+            attach(flat_targets, grad_inputs, on_backward, f"Compiled{self.name}Backward")
+        return result
+
+
+def _training_graphs(graph, wrt, passes, disable):
+    """``stages.training`` with an explicit ``wrt`` (parameters and inputs requiring grad)."""
+    forward = run_pipeline(graph, passes, disable).graph
+    late = [n for n in stages.select_names(passes, disable) if n in stages.SCHEDULING_PASSES]
+    joint = run_pipeline(autodiff(forward, wrt), passes, list(disable or []) + late)
+    fwd, bwd, _ = partition(joint.graph)
+    if late:
+        fwd = run_pipeline(fwd, late).graph
+        bwd = run_pipeline(bwd, late).graph
+    return forward, fwd, bwd
+
+
+def _vjp_training_graphs(graph, wrt, passes, disable):
+    """Training graphs for several differentiable outputs: autodiff of
+    ``sum_i sum(output_i * grad_output_i)``, whose gradients are the vector-Jacobian
+    products; the forward keeps the original outputs (the grad_output_i inputs only feed the
+    backward). Returns (fwd, bwd, flat positions of the differentiable outputs)."""
+    forward = run_pipeline(graph, passes, disable).graph
+    late = [n for n in stages.select_names(passes, disable) if n in stages.SCHEDULING_PASSES]
+    flat = flatten_structure(forward.outputs)
+    positions, seen = [], set()
+    for i, v in enumerate(flat):
+        if v is not None and v.type.dtype.is_floating_point:
+            if v.name in seen:
+                raise RuntimeError("the forward returns one differentiable value twice")
+            seen.add(v.name)
+            positions.append(i)
+    if len({flat[i].type.dtype for i in positions}) > 1:
+        raise RuntimeError("differentiable outputs of different dtypes")
+    g = copy.deepcopy(forward)
+    by_name = {v.name: v for v in g.values()}
+    b = Builder(GraphEmitter(g))
+    total = None
+    for k, i in enumerate(positions):
+        v = by_name[flat[i].name]
+        term = b.mul(v, g.add_input(f"grad_output_{k}", v.type))
+        if v.type.ndim:
+            term = b.sum(term, dims=list(range(v.type.ndim)), keepdim=False)
+        total = term if total is None else b.add(total, term)
+    structure = g.outputs
+    g.outputs = total
+    joint = autodiff(g, wrt)
+    values = {v.name: v for v in joint.values()}
+    joint.outputs = (map_structure(lambda v: None if v is None else values[v.name], structure),
+                     joint.outputs[1])
+    joint = run_pipeline(verify(joint), passes, list(disable or []) + late).graph
+    fwd, bwd, _ = partition(joint)
+    fwd.inputs = [v for v in fwd.inputs if not v.name.startswith("grad_output_")]
+    verify(fwd)
+    if late:
+        fwd = run_pipeline(fwd, late).graph
+        bwd = run_pipeline(bwd, late).graph
+    return fwd, bwd, positions
+
+
+def _plan(graph):
+    try:
+        return plan_memory(graph)
+    except Exception as e:  # noqa: BLE001  # the plan is an optimisation: kernels run without it
+        log.info("graphnn: no memory plan for %s (%s)", graph.name, e)
+        return None
+
+
+# ---- the compiled callable ----------------------------------------------------------------------
+
+class CompiledFunction:
+    def __init__(self, fn, module=None, *, eager=None, backend="numpy", passes=None,
+                 disable=None, dynamic=False, recompile_limit=8, root_hooks_fall_back=False):
+        self._fn = fn  # traced; also the eager forward
+        self._eager = eager or fn
+        self._module = module
+        self._backend_name = backend
+        self._backend = get_backend(backend)
+        self._passes, self._disable = passes, disable
+        self._options = f"backend={backend};passes={passes};disable={disable}"
+        self.dynamic = dynamic
+        if dynamic:
+            warnings.warn(CompileWarning("graphnn.compile: dynamic=True is not supported yet; "
+                                         "shapes are specialised (a new shape recompiles)"))
+        self.recompile_limit = recompile_limit
+        self._root_hooks_fall_back = root_hooks_fall_back
+        try:
+            self._signature = inspect.signature(fn)
+        except (TypeError, ValueError):
+            self._signature = None
+        self.name = type(module).__name__ if module is not None else getattr(
+            fn, "__name__", "function")
+        self._entries = {}  # Signature -> _Inference | _Training | _EAGER
+        self._last = None
+        self._lock = threading.RLock()
+        self._warned = set()
+        self.recompile_reasons = []
+        self.compiles = 0
+
+    # state ----------------------------------------------------------------------------------
+    def _state(self) -> dict:
+        return self._module.state_dict(keep_vars=True) if self._module is not None else {}
+
+    def _hooks_reason(self):
+        if self._module is None:
+            return None
+        if _global_hooks():
+            return "global module hooks are registered"
+        for path, m in self._module.named_modules():
+            if (path or self._root_hooks_fall_back) and _has_hooks(m):
+                return f"module '{path or '<root>'}' has forward/backward hooks"
+        return None
+
+    def _warn_once(self, key, message):
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(CompileWarning(message), stacklevel=3)
+
+    # the call -------------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        if trace_state.active() is not None:  # inside an outer trace: record the forward
+            return self._fn(*args, **kwargs)
+        reason = self._hooks_reason()
+        if reason is not None:
+            self._warn_once(("hooks", reason), f"graphnn: {self.name} runs eagerly: {reason} "
+                            f"(hooks are not traced into compiled code)")
+            return self._eager(*args, **kwargs)
+        tensors, static = _flatten_call(self._signature, args, kwargs)
+        state = self._state()
+        training = bool(getattr(self._module, "training", False))
+        sig = Signature(tuple(spec_of(t) for t in tensors), static,
+                        tuple((k, spec_of(t)) for k, t in state.items()
+                              if isinstance(t, Tensor)),
+                        training, is_grad_enabled())
+        entry = self._entries.get(sig)
+        if entry is None:
+            with self._lock:
+                entry = self._entries.get(sig)
+                if entry is None:
+                    entry = self._new_entry(sig, args, kwargs, tensors)
+                    if isinstance(entry, _Ran):  # compile failed; this call ran eagerly
+                        return entry.result
+        if entry is _EAGER:
+            return self._eager(*args, **kwargs)
+        return entry(tensors, state)
+
+    def _new_entry(self, sig, args, kwargs, tensors):
+        compiled = [s for s, e in self._entries.items() if e is not _EAGER]
+        if len(compiled) >= self.recompile_limit:
+            self._warn_once("limit", f"graphnn: {self.name} reached recompile_limit="
+                            f"{self.recompile_limit} compiled signatures; new signatures run "
+                            f"eagerly")
+            self._entries[sig] = _EAGER
+            return _EAGER
+        if self._last is not None:
+            message = f"graphnn: recompiling {self.name}: {describe_change(self._last, sig)}"
+            log.info(message)
+            self.recompile_reasons.append(message)
+        self._last = sig
+        try:
+            entry = self._compile(sig, args, kwargs, tensors)
+        except Exception as error:  # noqa: BLE001
+            self._entries[sig] = _EAGER
+            result = self._eager(*args, **kwargs)  # a bad input raises eager's own error here
+            warnings.warn(CompileWarning(f"graphnn: compiling {self.name} failed "
+                                         f"({type(error).__name__}: {error}); running eagerly"),
+                          stacklevel=4)
+            return _Ran(result)
+        self._entries[sig] = entry
+        return entry
+
+    def _compile(self, sig, args, kwargs, tensors):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            holder = []
+            graph = trace(_recording(self._fn, holder), *args, **kwargs)
+        for w in caught:
+            if "writes in place" in str(w.message) or "assigned module attribute" in str(
+                    w.message):
+                raise RuntimeError(f"the forward changes module state, which compiled code "
+                                   f"does not write back yet: {w.message}")
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        graph, random = _lift_random(graph)
+        if _is_random(graph):
+            raise RuntimeError("the forward draws random numbers inside an op (attention "
+                               "dropout); compiled code does not draw fresh seeds for it yet")
+        self.compiles += 1
+        if not sig.needs_grad:
+            opt = stages.optimized(graph, self._passes, self._disable).graph
+            entry = _Inference(self._artifact(opt, "inference"), random)
+        else:
+            entry = self._compile_training(sig, graph, tensors, random)
+        entry.template = holder[0] if holder else None
+        return entry
+
+    def _artifact(self, graph, stage):
+        return CompiledArtifact(graph, self._backend, plan=_plan(graph),
+                                options=f"{self._options};stage={stage}", name=self.name)
+
+    def _compile_training(self, sig, graph, tensors, random):
+        state = dict(sig.state)
+        wrt_params = [v.name for v in graph.params
+                      if v.kind == "param" and state.get(v.name) and state[v.name].requires_grad]
+        wrt_inputs = [(v.name, i) for i, (v, t) in enumerate(zip(graph.inputs, tensors))
+                      if t.requires_grad]
+        wrt = wrt_params + [n for n, _ in wrt_inputs]
+        flat = flatten_structure(graph.outputs)
+        floating = [v for v in flat if v is not None and v.type.dtype.is_floating_point]
+        if not floating:
+            raise RuntimeError("the forward has no floating output to differentiate")
+        if len(floating) == 1 and flat[0] is floating[0]:  # stages.training's shape
+            _, fwd, bwd = _training_graphs(graph, wrt, self._passes, self._disable)
+            targets = [0]
+            feeds = [None if floating[0].type.ndim == 0 else "grad_output"]
+        else:
+            fwd, bwd, targets = _vjp_training_graphs(graph, wrt, self._passes, self._disable)
+            feeds = [f"grad_output_{k}" for k in range(len(targets))]
+        forward = self._artifact(fwd, "forward")
+        backward = self._artifact(bwd, "backward")
+        return _Training(forward, backward, wrt_params, wrt_inputs, targets, feeds, self.name,
+                         random)
+
+    def __deepcopy__(self, memo):
+        """A copy bound to the copied module (compiled again at its first call)."""
+        new = copy.copy(self)
+        memo[id(self)] = new
+        new._fn = copy.deepcopy(self._fn, memo)
+        new._eager = copy.deepcopy(self._eager, memo)
+        new._module = copy.deepcopy(self._module, memo)
+        new._entries, new._last, new._lock = {}, None, threading.RLock()
+        new._warned, new.recompile_reasons, new.compiles = set(), [], 0
+        return new
+
+    def __repr__(self):
+        return f"<graphnn compiled {self.name}: {len(self._entries)} signatures>"
+
+
+def _bound_forward(module):
+    """The module's class forward bound to it: traced without the module's own hooks."""
+    forward = type(module).forward
+    return forward.__get__(module, type(module))
+
+
+def compile(fn_or_module, backend="numpy", passes=None, disable=None, dynamic=False,
+            recompile_limit=8):
+    """A compiled callable for a Module (its hooks make it run eagerly) or a function."""
+    if not callable(fn_or_module):
+        raise TypeError(f"graphnn.compile: expected a Module or a function, got "
+                        f"{type(fn_or_module).__name__}")
+    options = {"backend": backend, "passes": passes, "disable": disable, "dynamic": dynamic,
+               "recompile_limit": recompile_limit}
+    if _is_module(fn_or_module):
+        module = fn_or_module
+        return CompiledFunction(_bound_forward(module), module, eager=module,
+                                root_hooks_fall_back=True, **options)
+    return CompiledFunction(fn_or_module, **options)
+
+
+def compile_module(module, backend="numpy", passes=None, disable=None, dynamic=False,
+                   recompile_limit=8):
+    """``Module.compile``: in place, ``module(x)`` then runs the compiled forward (the module's
+    own hooks still run around it, eagerly)."""
+    module.__dict__.pop("forward", None)  # compiling again starts from the class forward
+    forward = _bound_forward(module)
+    module.__dict__["forward"] = CompiledFunction(
+        forward, module, backend=backend, passes=passes, disable=disable, dynamic=dynamic,
+        recompile_limit=recompile_limit)

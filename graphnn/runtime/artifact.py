@@ -1,0 +1,45 @@
+"""A compiled artifact: one graph specialised to one signature, its kernel and its buffers.
+
+``CompiledArtifact(graph, backend, signature, plan)`` gets its kernel through the caches
+(generated only on a miss) and runs it: ``run(arrays, params)`` checks the input arrays
+against the signature (a wrong count, dtype, rank or shape is a ``GuardError`` naming the
+input) and returns the graph's output structure of arrays. The buffers a kernel keeps between
+calls are per thread (``threading.local``), so two threads can call one artifact at once.
+"""
+from __future__ import annotations
+
+import threading
+
+from . import cache
+from .guards import TensorSpec, check_inputs
+
+
+class CompiledArtifact:
+    def __init__(self, graph, backend, signature=None, plan=None, options: str = "",
+                 name: str = ""):
+        self.graph = graph
+        self.signature = signature
+        self.plan = plan
+        self.name = name or graph.name
+        self.input_specs = [TensorSpec(tuple(v.type.shape), v.type.dtype.name, False)
+                            for v in graph.inputs]
+        self.param_names = [v.name for v in graph.params]
+        self.source, self.kernel = cache.get_kernel(graph, backend, plan, options)
+        self._local = threading.local()
+        self.calls = 0
+
+    @property
+    def buffers(self) -> dict:
+        """This thread's scratch buffers (the kernel keeps its reused arrays here)."""
+        buffers = getattr(self._local, "buffers", None)
+        if buffers is None:
+            buffers = self._local.buffers = {}
+        return buffers
+
+    def run(self, arrays, params: dict):
+        check_inputs(self.input_specs, arrays, f"compiled {self.name}")
+        self.calls += 1
+        return self.kernel(list(arrays), params, self.buffers)
+
+    def __repr__(self):
+        return f"<CompiledArtifact {self.name}: {len(self.input_specs)} inputs>"

@@ -1,0 +1,98 @@
+"""The signature a compiled artifact is specialised to, and what changed between two.
+
+A call's signature holds, per tensor input, its shape, dtype and ``requires_grad``; the
+non-tensor arguments (specialised at trace time, so part of the key); per parameter/buffer its
+shape, dtype and ``requires_grad``; the module's training flag and the grad mode. Two calls with
+equal signatures can run the same kernel. ``describe_change`` says, readably, why a new
+signature needed a recompile (``input 0 shape [32,3,32,32] -> [16,3,32,32]``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir.errors import GraphnnError
+
+
+class GuardError(GraphnnError, TypeError):
+    """A call whose inputs do not fit the artifact's signature (count, dtype or shape)."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    shape: tuple
+    dtype: str
+    requires_grad: bool
+
+
+@dataclass(frozen=True)
+class Signature:
+    inputs: tuple  # TensorSpec per tensor input, in graph input order
+    static: tuple  # repr of the non-tensor arguments (specialised by tracing)
+    state: tuple  # (name, TensorSpec) per parameter/buffer
+    training: bool
+    grad_enabled: bool
+
+    @property
+    def needs_grad(self) -> bool:
+        """A compiled training forward is needed: grad mode on and something requires grad."""
+        return self.grad_enabled and (any(s.requires_grad for s in self.inputs)
+                                      or any(s.requires_grad for _, s in self.state))
+
+
+def spec_of(tensor) -> TensorSpec:
+    return TensorSpec(tuple(tensor.shape), tensor.dtype.name, bool(tensor.requires_grad))
+
+
+def _shape(shape) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _spec_changes(what: str, old: TensorSpec, new: TensorSpec) -> list:
+    out = []
+    if old.shape != new.shape:
+        out.append(f"{what} shape {_shape(old.shape)} -> {_shape(new.shape)}")
+    if old.dtype != new.dtype:
+        out.append(f"{what} dtype {old.dtype} -> {new.dtype}")
+    if old.requires_grad != new.requires_grad:
+        out.append(f"{what} requires_grad {old.requires_grad} -> {new.requires_grad}")
+    return out
+
+
+def describe_change(old: Signature, new: Signature) -> str:
+    """What differs between two signatures, e.g. ``input 0 shape [32,3] -> [16,3]``."""
+    changes = []
+    if len(old.inputs) != len(new.inputs):
+        changes.append(f"number of tensor inputs {len(old.inputs)} -> {len(new.inputs)}")
+    for i, (a, b) in enumerate(zip(old.inputs, new.inputs)):
+        changes += _spec_changes(f"input {i}", a, b)
+    if old.static != new.static:
+        changes.append(f"non-tensor arguments {old.static} -> {new.static}")
+    old_state, new_state = dict(old.state), dict(new.state)
+    if set(old_state) != set(new_state):
+        changes.append(f"parameters/buffers {sorted(old_state)} -> {sorted(new_state)}")
+    for name, spec in old_state.items():
+        if name in new_state:
+            changes += _spec_changes(f"'{name}'", spec, new_state[name])
+    if old.training != new.training:
+        changes.append(f"training mode {old.training} -> {new.training}")
+    if old.grad_enabled != new.grad_enabled:
+        changes.append(f"grad mode {old.grad_enabled} -> {new.grad_enabled}")
+    return "; ".join(changes) or "no change"
+
+
+def check_inputs(specs, arrays, where: str) -> None:
+    """Raise GuardError naming the first input whose count, dtype or shape does not fit."""
+    if len(arrays) != len(specs):
+        raise GuardError(f"{where}: expected {len(specs)} tensor inputs, got {len(arrays)}")
+    for i, (spec, a) in enumerate(zip(specs, arrays)):
+        dtype = getattr(getattr(a, "dtype", None), "name", type(a).__name__)
+        if dtype != spec.dtype:
+            raise GuardError(f"{where}: input {i} expected dtype {spec.dtype}, got {dtype}")
+        shape = tuple(getattr(a, "shape", ()))
+        if len(shape) != len(spec.shape):
+            raise GuardError(f"{where}: input {i} expected a tensor of rank {len(spec.shape)} "
+                             f"(shape {_shape(spec.shape)}), got rank {len(shape)} "
+                             f"(shape {_shape(shape)})")
+        if shape != spec.shape:
+            raise GuardError(f"{where}: input {i} expected shape {_shape(spec.shape)}, got "
+                             f"{_shape(shape)}")

@@ -1,0 +1,19 @@
+"""A backend whose kernels run the IR interpreter: slow, but the semantics every backend is
+checked against (tells a code generator bug from a runtime one): ``compile(m,
+backend="reference")``. Same interface as graphnn.codegen.numpy_backend."""
+from __future__ import annotations
+
+BACKEND_VERSION = "reference-1"
+
+
+def generate(graph, plan=None) -> str:
+    return ("from graphnn.ir import interpret, parse\n"
+            f"GRAPH = parse({str(graph)!r})\n\n\n"
+            "def kernel(inputs, params, buffers):\n"
+            "    return interpret(GRAPH, *inputs, params=params)\n")
+
+
+def load(source: str):
+    namespace = {"__name__": "graphnn_reference_kernel"}
+    exec(compile(source, "<graphnn reference kernel>", "exec"), namespace)  # noqa: S102
+    return namespace["kernel"]
