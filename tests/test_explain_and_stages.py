@@ -105,3 +105,17 @@ def test_explain_command_prints_the_report():
     assert "features.4:" in result.stdout and "saved for backward" in result.stdout
     missing = _cli("explain", "no/such/file.py:Net", "--input", "2")
     assert missing.returncode == 2 and "no such file" in missing.stderr
+
+
+def test_causal_block_whose_mask_is_too_big_to_fold_still_fuses_attention():
+    """Regression: a 128x128 causal mask stays a full/triu/tril chain (above the folding limit);
+    fusing attention must drop the dead mask chain without reading a dropped value."""
+    graphnn.manual_seed(2)
+    model = nn.TransformerBlock(16, 4, causal=True).eval()
+    x = graphnn.randn(2, 128, 16)
+    optimized = verify(stages.optimized(graphnn.trace(model, x)).graph)
+    assert [n.op for n in optimized.nodes].count("scaled_dot_product_attention") == 1
+    params = _params(model)
+    out = interpret(optimized, x.numpy(), params={v.name: params[v.name]
+                                                  for v in optimized.params})
+    np.testing.assert_allclose(out, model(x).detach().numpy(), rtol=1e-4, atol=1e-5)

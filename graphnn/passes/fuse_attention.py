@@ -232,9 +232,12 @@ def fuse_attention(graph: Graph) -> Graph:
         else:
             m, kept = outcome
             rw.note(_describe(m, kept, sum(1 for n in m.core + m.side if id(n) not in made_dead)))
+    dropped = set()  # results of dropped nodes: dead code reading them is dropped too
     for node in graph.nodes:
         if id(node) in plans:
             emit_attention(rw, plans[id(node)])
-        elif id(node) not in made_dead:
+        elif id(node) in made_dead or any(v.name in dropped for v in node.inputs):
+            dropped |= {v.name for v in node.outputs}
+        else:
             rw.copy(node)
     return rw.finish()
