@@ -1,6 +1,6 @@
 """``graphnn dump-ir TARGET --input SHAPE[:DTYPE] ...``: trace a model and print its IR at a
-stage of the compiler: ``traced``, ``optimized`` (after the pass pipeline) or ``backward``
-(the training graph's backward half), optionally as it was after one pass, or as the diffs
+stage of the compiler: ``traced``, ``optimized`` (after the pass pipeline), ``backward``
+(the training graph's backward half) or ``kernels`` (the generated NumPy source), optionally as it was after one pass, or as the diffs
 each pass made."""
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import sys
 import traceback
 
 from . import GraphnnError, stages
+from .codegen import numpy_backend
 from .cli_target import UsageError, add_target_arguments, fail, prepare_target, traced_target
 from .ir import Graph
 from .passes.pipeline import PIPELINE
 
 FORMATS = {"text": str, "json": Graph.to_json, "dot": Graph.to_dot}
-STAGES = ("traced", "optimized", "backward")
+STAGES = ("traced", "optimized", "backward", "kernels")
 
 _EXAMPLES = """\
 examples:
@@ -23,6 +24,7 @@ examples:
   graphnn dump-ir examples/models.py:SmallCNN --input 8x3x32x32 --stage optimized --diff
   graphnn dump-ir examples/models.py:SmallCNN --input 8x3x32x32 --after fuse_epilogue
   graphnn dump-ir examples/models.py:make_mlp --input 4x20 --stage backward
+  graphnn dump-ir examples/models.py:make_mlp --input 4x20 --stage kernels
   graphnn dump-ir examples/models.py:attention --input 2x5x16 --input 2x5x16 --input 2x5x16
   graphnn dump-ir mypackage.models:Net --input 16x100:int64 --format json -o net.json
 
@@ -51,7 +53,8 @@ def add_parser(commands) -> None:
     p.set_defaults(handler=run)
     p.add_argument("--stage", choices=STAGES, default=None,
                    help="traced (the recorded forward; the default), optimized (after the "
-                        "pass pipeline) or backward (the backward graph of the training step)")
+                        "pass pipeline), backward (the backward graph of the training step) or "
+                        "kernels (the NumPy source generated for the optimized graph)")
     p.add_argument("--passes", metavar="P1,P2", help="run only these passes (pipeline order)")
     p.add_argument("--disable", metavar="P1,P2", help="skip these passes")
     p.add_argument("--after", metavar="PASS",
@@ -72,6 +75,11 @@ def _staged_text(graph: Graph, args) -> str:
                              "or backward")
         return FORMATS[args.format](graph)
     passes, disable = _names(args.passes), _names(args.disable)
+    if stage == "kernels":
+        if args.after or args.diff or args.format != "text":
+            raise UsageError("--stage kernels prints Python source: it takes no --after, "
+                             "--diff or --format")
+        return numpy_backend.generate(stages.optimized(graph, passes, disable).graph)
     if stage == "optimized":
         result = stages.optimized(graph, passes, disable)
         final = result.graph

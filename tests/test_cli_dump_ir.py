@@ -60,7 +60,7 @@ IN_PROCESS = {
     "bad_dtype": [f"{MODELS}:SmallCNN", "--input", "2x3x32x32:float7"],
     "too_few_inputs": [f"{MODELS}:attention", "--input", "2x5x16"],
     "unannotated_factory": ["{tmp}/needs_args.py:make", "--input", "4"],
-    "unknown_stage": [f"{MODELS}:SmallCNN", "--input", "2x3x32x32", "--stage", "kernels"],
+    "unknown_stage": [f"{MODELS}:SmallCNN", "--input", "2x3x32x32", "--stage", "tiles"],
 }
 
 
@@ -184,7 +184,7 @@ def test_help_explains_with_an_example(runs):
     assert result.returncode == 0
     text = result.stdout
     for phrase in ("usage: graphnn dump-ir", "TARGET", "--input SHAPE[:DTYPE]", "--train",
-                   "eval mode", "--format {text,json,dot}", "--stage {traced,optimized,backward}",
+                   "eval mode", "--format {text,json,dot}", "--stage {traced,optimized,backward,kernels}",
                    "graphnn dump-ir examples/models.py:SmallCNN --input 8x3x32x32"):
         assert phrase in text
 
@@ -212,7 +212,7 @@ def test_errors_of_the_real_command(runs, name, status, phrases):
     ("bad_shape_spec", 2, ["--input '2x3x32x' is not a shape"]),
     ("bad_dtype", 2, ["unknown dtype 'float7'"]),
     ("too_few_inputs", 2, ["1 --input given", "attention(q, k, v)"]),
-    ("unknown_stage", 2, ["invalid choice: 'kernels'"]),
+    ("unknown_stage", 2, ["invalid choice: 'tiles'"]),
     ("unannotated_factory", 1, ["note: make was traced as a function of tensors (it takes "
                                 "width); a factory must take no arguments"]),
 ])

@@ -119,3 +119,15 @@ def test_causal_block_whose_mask_is_too_big_to_fold_still_fuses_attention():
     out = interpret(optimized, x.numpy(), params={v.name: params[v.name]
                                                   for v in optimized.params})
     np.testing.assert_allclose(out, model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_dump_ir_kernels_stage_prints_loadable_numpy_source():
+    from graphnn.codegen import numpy_backend
+    result = _cli("dump-ir", f"{MODELS}:make_mlp", "--input", "4x20", "--stage", "kernels")
+    assert result.returncode == 0, result.stderr
+    assert "def kernel(inputs, params, buffers):" in result.stdout
+    assert "matmul_epilogue" in result.stdout and "# @0" in result.stdout
+    assert callable(numpy_backend.load(result.stdout))
+    bad = _cli("dump-ir", f"{MODELS}:make_mlp", "--input", "4x20", "--stage", "kernels",
+               "--format", "json")
+    assert bad.returncode == 2 and "takes no --after" in bad.stderr
