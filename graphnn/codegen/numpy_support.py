@@ -147,17 +147,25 @@ def conv2d(x, w, bias=None, residual=None, *, stride, padding, dilation, groups,
                 patches[:, :, i, j] = xp[:, :, r:r + sh * (ho - 1) + 1:sh,
                                          s:s + sw * (wo - 1) + 1:sw]
         cols = cols.reshape(n, groups, rows // groups, ho * wo)
-    if fold_bias:
-        wg = _scratch(buffers, key + ".weight", (1, o, k + 1), w.dtype)
-        wg[0, :, :k] = w.reshape(o, k)
-        wg[0, :, k] = bias
-        bias = None
-    else:
-        wg = w.reshape(groups, o // groups, k)
+    wg, bias = _gemm_weight(w, bias, groups, fold_bias, buffers, key)
     if out is None:
         out = np.empty((n, o, ho, wo), x.dtype)
     np.matmul(wg, cols, out=out.reshape(n, groups, o // groups, ho * wo))
     return epilogue_(out, bias, (1, o, 1, 1), residual, activation)
+
+
+def _gemm_weight(w, bias, groups, fold_bias, buffers, key):
+    """(GEMM left operand, bias still to add): the weight as (groups, O/groups, K), or, with
+    ``fold_bias``, as (1, O, K+1) with the bias as its last column (the columns carry a row of
+    ones), in which case no bias is left to add."""
+    o = w.shape[0]
+    k = w[0].size
+    if not fold_bias:
+        return w.reshape(groups, o // groups, k), bias
+    wg = _scratch(buffers, key + ".weight", (1, o, k + 1), w.dtype)
+    wg[0, :, :k] = w.reshape(o, k)
+    wg[0, :, k] = bias
+    return wg, None
 
 
 def _conv2d_wide(x, w, bias, residual, padding, dilation, groups, activation, out, buffers,
@@ -177,7 +185,6 @@ def _conv2d_wide(x, w, bias, residual, padding, dilation, groups, activation, ou
     xp[:, :, ph:ph + h, pw:pw + wd] = x
     flat = xp.reshape(n, c, (hp + 1) * wp)
     fold_bias = bias is not None and groups == 1
-    k = cg * kh * kw
     rows = c * kh * kw + fold_bias
     cols = buffers.get(key + ".wcols")
     if cols is None or cols.shape != (n, rows, span) or cols.dtype != x.dtype:
@@ -189,13 +196,7 @@ def _conv2d_wide(x, w, bias, residual, padding, dilation, groups, activation, ou
         for j in range(kw):
             start = i * dh * wp + j * dw
             blocks[:, :, i, j] = flat[:, :, start:start + span]
-    if fold_bias:
-        wg = _scratch(buffers, key + ".weight", (1, o, k + 1), w.dtype)
-        wg[0, :, :k] = w.reshape(o, k)
-        wg[0, :, k] = bias
-        bias = None
-    else:
-        wg = w.reshape(groups, o // groups, k)
+    wg, bias = _gemm_weight(w, bias, groups, fold_bias, buffers, key)
     wide = _scratch(buffers, key + ".wide", (n, groups, o // groups, span), x.dtype)
     np.matmul(wg, cols.reshape(n, groups, rows // groups, span), out=wide)
     valid = wide.reshape(n, o, ho, wp)[..., :wo]
