@@ -14,11 +14,15 @@ the forward kernel returns the outputs and the saved values, and the output is p
 tape with a ``CompiledNode`` whose backward runs the backward kernel, so ``loss.backward()``
 fills ``.grad`` as eager autograd does.
 
+State written in place (batch norm's running statistics in training) is written back after
+each call. A plain function is traced with the state of the modules and optimizers it reaches
+(``step_state``); when it calls ``loss.backward()`` or rebinds ``.grad`` or optimizer state,
+the whole function becomes one kernel (``compiled_step``): a compiled training step.
+
 Falls back to eager, with a warning that says why, when: compiling fails (trace refused, an op
-without a lowering...), the signature count passes ``recompile_limit``, a submodule has hooks
+without a lowering...), the signature count passes ``recompile_limit``, a module has hooks
 (hooks of the compiled module itself run around the compiled forward as usual), the forward
-writes module state in place (batch norm running statistics in training) or runs an op
-with a random seed inside (attention dropout). Random values made by creation ops (``rand``,
+assigns module attributes, or runs an op with a random seed inside (attention dropout). Random values made by creation ops (``rand``,
 as dropout uses) become graph inputs drawn per call with fresh seeds, in the order eager draws
 them. Several differentiable outputs (attention's output and
 weights) are differentiated together as a vector-Jacobian product. A recompile is logged on
@@ -36,13 +40,12 @@ import warnings
 
 import numpy as np
 
-from . import stages
+from . import compiled_step, stages
 from .frontend import trace_state
 from .frontend.compiled_node import attach
 from .frontend.grad_mode import is_grad_enabled
 from .frontend.random import next_seed
 from .frontend.tensor import Tensor
-from .frontend.tracer import trace
 from .ir.emit import Builder
 from .ir.errors import UnsupportedError
 from .ir.graph import flatten_structure, map_structure
@@ -57,6 +60,7 @@ from .passes.pipeline import run_pipeline
 from .runtime.artifact import CompiledArtifact
 from .runtime.backends import get_backend
 from .runtime.guards import Signature, describe_change, spec_of
+from .step_state import StepState
 
 log = logging.getLogger("graphnn")
 
@@ -231,7 +235,9 @@ class _Inference:
 
     def __call__(self, tensors, state):
         params = {n: state[n]._data for n in self.artifact.param_names}
-        out = self.artifact.run([t._data for t in tensors] + self.random.draw(), params)
+        out, updates = self.artifact.run([t._data for t in tensors] + self.random.draw(),
+                                         params)
+        compiled_step.write_back(updates, state)
         return _to_tensors(out, self.template)
 
 
@@ -259,7 +265,8 @@ class _Training:
     def __call__(self, tensors, state):
         arrays = [t._data for t in tensors] + self.random.draw()
         params = {n: state[n]._data for n in self.forward.param_names}
-        outputs, saved = self.forward.run(arrays, params)
+        (outputs, updates), saved = self.forward.run(arrays, params)
+        compiled_step.write_back(updates, state)
         feed = dict(zip(self.saved_names, saved))
         feed.update(zip(self.forward_inputs, arrays))
         bparams = {n: state[n]._data for n in self.backward.param_names}
@@ -320,7 +327,7 @@ def _vjp_training_graphs(graph, wrt, passes, disable):
     backward). Returns (fwd, bwd, flat positions of the differentiable outputs)."""
     forward = run_pipeline(graph, passes, disable).graph
     late = [n for n in stages.select_names(passes, disable) if n in stages.SCHEDULING_PASSES]
-    flat = flatten_structure(forward.outputs)
+    flat = flatten_structure(forward.outputs[0])  # the result; state updates come after
     positions, seen = [], set()
     for i, v in enumerate(flat):
         if v is not None and v.type.dtype.is_floating_point:
@@ -382,6 +389,7 @@ class CompiledFunction:
                                          "shapes are specialised (a new shape recompiles)"))
         self.recompile_limit = recompile_limit
         self._root_hooks_fall_back = root_hooks_fall_back
+        self._step_state = StepState(fn) if module is None else StepState.of_module(module)
         try:
             self._signature = inspect.signature(fn)
         except (TypeError, ValueError):
@@ -397,16 +405,17 @@ class CompiledFunction:
 
     # state ----------------------------------------------------------------------------------
     def _state(self) -> dict:
-        return self._module.state_dict(keep_vars=True) if self._module is not None else {}
+        return {name: t for name, t, _ in self._step_state.bindings()}
 
     def _hooks_reason(self):
-        if self._module is None:
-            return None
-        if _global_hooks():
+        roots = self._step_state.modules
+        if roots and _global_hooks():
             return "global module hooks are registered"
-        for path, m in self._module.named_modules():
-            if (path or self._root_hooks_fall_back) and _has_hooks(m):
-                return f"module '{path or '<root>'}' has forward/backward hooks"
+        for prefix, root in roots.items():
+            for path, m in root.named_modules():
+                if (path or prefix or self._root_hooks_fall_back) and _has_hooks(m):
+                    where = ".".join(p for p in (prefix, path) if p) or "<root>"
+                    return f"module '{where}' has forward/backward hooks"
         return None
 
     def _warn_once(self, key, message):
@@ -429,7 +438,7 @@ class CompiledFunction:
         sig = Signature(tuple(spec_of(t) for t in tensors), static,
                         tuple((k, spec_of(t)) for k, t in state.items()
                               if isinstance(t, Tensor)),
-                        training, is_grad_enabled())
+                        training, is_grad_enabled(), self._step_state.key())
         entry = self._entries.get(sig)
         if entry is None:
             with self._lock:
@@ -468,22 +477,32 @@ class CompiledFunction:
         return entry
 
     def _compile(self, sig, args, kwargs, tensors):
+        holder, step = [], None
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            holder = []
-            graph = trace(_recording(self._fn, holder), *args, **kwargs)
+            traced, changes = compiled_step.trace_function(
+                _recording(self._fn, holder), args, kwargs, self._step_state, self.name)
         for w in caught:
-            if "writes in place" in str(w.message) or "assigned module attribute" in str(
-                    w.message):
-                raise RuntimeError(f"the forward changes module state, which compiled code "
-                                   f"does not write back yet: {w.message}")
+            if "assigned module attribute" in str(w.message):
+                raise RuntimeError(f"the forward changes module attributes, which compiled "
+                                   f"code does not write back: {w.message}")
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        graph = traced.graph
+        if traced.backward is not None or changes.rebound or changes.cleared:
+            step = traced.backward, changes
+        else:
+            graph.outputs = graph.outputs[:2]  # (result, updates): state written in place
         graph, random = _lift_random(graph)
         if _is_random(graph):
             raise RuntimeError("the forward draws random numbers inside an op (attention "
                                "dropout); compiled code does not draw fresh seeds for it yet")
         self.compiles += 1
-        if not sig.needs_grad:
+        if step is not None:
+            backward, changes = step
+            opt = compiled_step.step_graph(graph, backward, self._passes, self._disable)
+            entry = compiled_step.StepEntry(self._artifact(opt, "step"), random, changes,
+                                            _to_tensors)
+        elif not sig.needs_grad:
             opt = stages.optimized(graph, self._passes, self._disable).graph
             entry = _Inference(self._artifact(opt, "inference"), random)
         else:
@@ -502,7 +521,7 @@ class CompiledFunction:
         wrt_inputs = [(v.name, i) for i, (v, t) in enumerate(zip(graph.inputs, tensors))
                       if t.requires_grad]
         wrt = wrt_params + [n for n, _ in wrt_inputs]
-        flat = flatten_structure(graph.outputs)
+        flat = flatten_structure(graph.outputs[0])  # the result, without state updates
         floating = [v for v in flat if v is not None and v.type.dtype.is_floating_point]
         if not floating:
             raise RuntimeError("the forward has no floating output to differentiate")

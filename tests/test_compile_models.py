@@ -224,17 +224,28 @@ def test_output_containers_are_the_eager_ones():
         assert_same(out, eager(x))
 
 
-def test_batchnorm_training_falls_back_and_updates_statistics_once_per_call():
+@pytest.mark.parametrize("grad", [True, False])
+def test_batchnorm_training_compiles_and_updates_statistics_once_per_call(grad):
     graphnn.manual_seed(4)
     eager, net = twins(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()))
     x = graphnn.randn(2, 3, 6, 6)
-    with pytest.warns(CompileWarning, match="changes module state"):
-        out = net(x)
-    assert_same(out, eager(x))
-    assert_same(net(x), eager(x))
-    for key, value in eager.state_dict().items():
-        np.testing.assert_allclose(net.state_dict()[key].numpy(), value.numpy(), rtol=1e-6,
-                                   err_msg=key)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        for _ in range(3):
+            with graphnn.set_grad_enabled(grad):
+                out, expected = net(x), eager(x)
+            assert_same(out, expected)
+            for key, value in eager.state_dict().items():
+                np.testing.assert_allclose(net.state_dict()[key].numpy(), value.numpy(),
+                                           rtol=1e-6, atol=1e-7, err_msg=key)
+            if grad:
+                out.sum().backward()
+                expected.sum().backward()
+                for (name, p), q in zip(net.named_parameters(), eager.parameters()):
+                    np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5,
+                                               atol=1e-5, err_msg=name)
+    assert net.forward.compiles == 1
+    assert int(net.state_dict()["1.num_batches_tracked"].item()) == 3
     net.eval(), eager.eval()
     with warnings.catch_warnings():
         warnings.simplefilter("error", CompileWarning)

@@ -40,7 +40,8 @@ def test_steady_calls_run_the_kernel_without_tracing(monkeypatch):
     with graphnn.no_grad():
         assert_same(net(x), eager(x))
         import graphnn.compiler as C
-        monkeypatch.setattr(C, "trace", lambda *a, **k: pytest.fail("traced again"))
+        monkeypatch.setattr(C.compiled_step, "trace_with_state",
+                            lambda *a, **k: pytest.fail("traced again"))
         for _ in range(3):
             out = net(x)
         assert_same(out, eager(x))

@@ -1,9 +1,11 @@
 """The public autograd entry points: ``backward`` and ``graphnn.autograd.grad``."""
 from __future__ import annotations
 
-from ..ir.errors import AutogradError
+from ..ir.errors import AutogradError, UnsupportedError
+from . import trace_state
 from .autograd import run_backward
 from .dispatch import eager_emitter
+from .traced_backward import traced_backward
 
 
 def _check_roots(outputs, grad_outputs):
@@ -43,6 +45,10 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     With ``inputs``, only those tensors' ``.grad`` are accumulated.
     """
     tensors = _as_list(tensors)
+    state = trace_state.active()
+    if state is not None:
+        traced_backward(state, tensors, _as_list(grad_tensors), _as_list(inputs), create_graph)
+        return
     grads = _check_roots(tensors, _as_list(grad_tensors))
     retain = create_graph if retain_graph is None else retain_graph
     if inputs is None:
@@ -62,6 +68,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
          allow_unused=None, materialize_grads=False):
     """The gradients of ``outputs`` with respect to ``inputs``, leaving ``.grad`` untouched."""
     outputs, inputs = _as_list(outputs), _as_list(inputs)
+    if trace_state.active() is not None:
+        raise UnsupportedError("graphnn.autograd.grad cannot be traced; call loss.backward() in "
+                               "the traced function (its gradients become part of the graph)")
     grads = _check_roots(outputs, _as_list(grad_outputs))
     for i, t in enumerate(inputs):
         if not t.requires_grad:

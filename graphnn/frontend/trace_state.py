@@ -115,6 +115,9 @@ class TraceState:
         self.counters = {}  # id(real version counter) -> (counter, shadow counter)
         self.state_names = {}  # id(tensor) -> "input 'x'" / "buffer 'bn.running_mean'"
         self.writes = []  # descriptions of inputs, parameters and buffers written in place
+        self.initial = {}  # id(tensor) -> (tensor, Value): state bound before the trace ran
+        self.backward_request = None  # a traced loss.backward() (see traced_backward)
+        self.foreign_writes = []  # concrete tensors written in place that are not bound state
 
     # ---- values -----------------------------------------------------------------------------
     def symbol(self, t):
@@ -152,6 +155,21 @@ class TraceState:
         if description is not None:
             self.state_names[id(t)] = description
 
+    def bind_state(self, t, value, description: str) -> None:
+        """Bind a concrete tensor the traced function reads as state (a parameter, buffer,
+        gradient or optimizer buffer) to graph parameter ``value`` before the trace runs."""
+        self.bind(t, value, description)
+        self.initial[id(t)] = (t, value)
+
+    def originals(self) -> list:
+        """(tensor, graph parameter) for each tensor bound by ``bind_state``, in bind order."""
+        return list(self.initial.values())
+
+    def final_values(self) -> dict:
+        """{graph parameter name: its tensor's Value now} for bound state written in place."""
+        return {value.name: self.bound[id(t)][1] for t, value in self.initial.values()
+                if self.bound[id(t)][1] is not value}
+
     def takes(self, inputs, out_types) -> bool:
         """Whether an op on ``inputs`` is recorded (rather than computed on concrete data)."""
         if not inputs or any(self.symbol(t) is not None for t in inputs):
@@ -185,6 +203,8 @@ class TraceState:
         """Rebind ``t`` and its parents to their new values after an in-place write;
         ``chain`` is [(tensor, new value tensor)] from ``t`` up to its base."""
         for tensor, new in chain:
+            if tensor._symbol is None and tensor._view is None and id(tensor) not in self.initial:
+                self.foreign_writes.append(tensor)
             self.bind(tensor, self.value(new))
             described = self.state_names.get(id(tensor))
             if described is not None and described not in self.writes:

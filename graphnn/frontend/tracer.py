@@ -16,19 +16,24 @@ recorded (see ``trace_state``). What the graph holds:
 
 Module hooks run as they do eagerly, and the module's train/eval mode is used as it is (dropout
 is recorded only in training). A random op records the seed it drew from the global generator,
-as eagerly; the compiled path will need fresh seeds per call (a later issue).
+as eagerly (``graphnn.compile`` lifts input-less random ops out and draws them per call).
 
 Tracing leaves the model as it was: no parameter or buffer is written (an in-place write gives
-the tensor a new graph value; the graph has no state updates yet, so a TraceWarning says so),
-module attributes that forward sets to traced tensors are put back (with a TraceWarning), the
-training flag is not touched, and no trace state remains after an error. The graph is
-verified before it is returned.
+the tensor a new graph value; ``trace`` returns only the forward's result, so a TraceWarning
+says so), module attributes that forward sets to traced tensors are put back (with a
+TraceWarning), the training flag is not touched, and no trace state remains after an error. The
+graph is verified before it is returned.
+
+``trace_with_state`` is the compiler's form: named state (parameters, buffers, gradients,
+optimizer state) is bound up front and the graph also returns what was written to it, and a
+``loss.backward()`` inside is recorded as a request (``traced_backward``).
 """
 from __future__ import annotations
 
 import inspect
 import re
 import warnings
+from dataclasses import dataclass
 
 from ..ir.graph import Graph
 from ..ir.types import TensorType
@@ -38,7 +43,7 @@ from .inplace import refresh_view
 from .tensor import Tensor
 from .trace_state import TraceError, TraceState, TraceWarning
 
-__all__ = ["trace", "TraceError", "TraceWarning"]
+__all__ = ["trace", "trace_with_state", "TracedFunction", "TraceError", "TraceWarning"]
 
 _BAD_NAME_CHARS = re.compile(r'[\s,():=\[\]{}"%@]')
 
@@ -67,6 +72,55 @@ def trace(fn_or_module, *example_inputs, **example_kwargs) -> Graph:
     return verify(state.graph)
 
 
+@dataclass
+class TracedFunction:
+    """``trace_with_state``'s result: ``graph.outputs`` is ``(result, updates, extra)`` where
+    ``updates`` maps each bound state name written in place to its new value and ``extra`` is
+    what ``collect`` returned; ``backward`` is the traced ``loss.backward()`` request, if any."""
+
+    graph: Graph
+    backward: object
+
+
+def trace_with_state(fn, args, kwargs, bindings, modules=(), collect=None,
+                     name=None) -> TracedFunction:
+    """Trace ``fn(*args, **kwargs)`` with named state bound up front.
+
+    ``bindings`` is ``[(name, tensor, kind)]`` ("param" for tensors that get gradients,
+    "buffer" for other state: buffers, gradients, optimizer state); each becomes a graph
+    parameter. Writes to them (an optimizer step) become the ``updates`` output instead of
+    warnings; the tensors themselves are left unchanged, as are the ``modules``' attributes.
+    ``collect(state)`` runs inside the trace after ``fn`` returns and gives extra outputs
+    (``{name: Value}``), e.g. for tensors the step stored in Python containers. ``name``
+    names the graph (default: the function's name).
+    """
+    state = TraceState(Graph(name or _graph_name(fn)))
+    for name, tensor, kind in bindings:
+        value = state.graph.add_param(name, TensorType(tuple(tensor.shape), tensor.dtype), kind)
+        state.bind_state(tensor, value, f"{kind} '{name}'")
+    args, kwargs = _symbolic_arguments(state, fn, args, kwargs)
+    saved = [s for m in modules for s in _snapshot(m)]
+    try:
+        with trace_state.activate(state):
+            result = _output_structure(state, fn(*args, **kwargs), "the output")
+            extra = collect(state) if collect is not None else {}
+            state.graph.outputs = (result, state.final_values(), extra)
+    finally:
+        restored = _restore(saved)
+    inputs = [w for w in state.writes if w.startswith("input")]
+    if inputs or state.foreign_writes:
+        what = ", ".join(inputs) or f"{len(state.foreign_writes)} tensor(s) that are not state " \
+                                    f"of a module or optimizer the function reaches"
+        raise TraceError(f"trace: {getattr(fn, '__name__', 'the function')} writes in place to "
+                         f"{what}; a compiled function writes back only module and optimizer "
+                         f"state")
+    if restored:
+        warnings.warn(TraceWarning(
+            f"trace: the function assigned module attribute(s) {', '.join(restored)}; tracing "
+            f"put the previous values back"), stacklevel=3)
+    return TracedFunction(verify(state.graph), state.backward_request)
+
+
 def _is_module(obj) -> bool:
     """A graphnn Module (duck-typed: the frontend does not import ``graphnn.nn``)."""
     return all(callable(getattr(obj, name, None))
@@ -87,7 +141,7 @@ def _bind_module_state(state: TraceState, module) -> None:
             continue
         kind = "param" if id(t) in params else "buffer"
         value = state.graph.add_param(key, TensorType(tuple(t.shape), t.dtype), kind)
-        state.bind(t, value, f"{kind} '{key}'")
+        state.bind_state(t, value, f"{kind} '{key}'")
 
 
 def _symbolic_arguments(state: TraceState, forward, args, kwargs):
@@ -183,10 +237,10 @@ def _restore(saved) -> list:
 def _warn_about_side_effects(state: TraceState, restored) -> None:
     if state.writes:
         warnings.warn(TraceWarning(
-            f"trace: the forward writes in place to {', '.join(state.writes)}; the graph uses "
-            f"the written values but does not write them back (the IR has no state updates "
-            f"yet), and tracing left the tensors unchanged"), stacklevel=3)
+            f"trace: the forward writes in place to {', '.join(state.writes)}; this graph "
+            f"uses the written values but does not return them (graphnn.compile writes such "
+            f"state back), and tracing left the tensors unchanged"), stacklevel=3)
     if restored:
         warnings.warn(TraceWarning(
             f"trace: the forward assigned module attribute(s) {', '.join(restored)}; tracing "
-            f"put the previous values back (the IR has no state updates yet)"), stacklevel=3)
+            f"put the previous values back (graphs do not assign attributes)"), stacklevel=3)

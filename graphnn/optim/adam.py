@@ -1,9 +1,17 @@
 """Adam and AdamW, PyTorch's single-tensor algorithm op for op (``_single_tensor_adam``)."""
 from __future__ import annotations
 
-from ..frontend.creation import tensor, zeros_like
-from ..ir.dtypes import float32
+from ..frontend.creation import zeros, zeros_like
+from ..frontend.trace_state import is_symbolic
+from ..ir.dtypes import float32, float64
 from .optimizer import Optimizer, OptimizerError
+
+
+def _step_count(step):
+    """The step as a Python float eagerly; while a compiled step is traced (the count is a graph
+    value) a float64 0-d tensor, so the bias corrections below are computed in double
+    precision either way and the traced step matches the eager one."""
+    return step.to(float64) if is_symbolic(step) else step.item()
 
 
 class Adam(Optimizer):
@@ -19,8 +27,9 @@ class Adam(Optimizer):
 
     State per parameter: ``'step'`` (a float32 0-d tensor, as in PyTorch), ``'exp_avg'``,
     ``'exp_avg_sq'`` and, with amsgrad, ``'max_exp_avg_sq'``; created at the parameter's first
-    step with a gradient. The bias corrections are computed in Python floats (double), as
-    PyTorch does when ``capturable`` is off.
+    step with a gradient. The bias corrections are computed in double precision (Python floats
+    eagerly, float64 graph values in a compiled step), as PyTorch does when ``capturable`` is
+    off.
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
@@ -43,7 +52,7 @@ class Adam(Optimizer):
     def _init_state(self, param, amsgrad: bool) -> dict:
         state = self.state[param]
         if not state:
-            state["step"] = tensor(0.0, dtype=float32)
+            state["step"] = zeros((), dtype=float32)
             state["exp_avg"] = zeros_like(param)
             state["exp_avg_sq"] = zeros_like(param)
             if amsgrad:
@@ -68,7 +77,7 @@ class Adam(Optimizer):
             exp_avg.lerp_(grad, 1 - beta1)
             exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
 
-            step = state["step"].item()
+            step = _step_count(state["step"])
             bias_correction1 = 1 - beta1 ** step
             bias_correction2 = 1 - beta2 ** step
             step_size = lr / bias_correction1

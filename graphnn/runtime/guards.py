@@ -31,6 +31,7 @@ class Signature:
     state: tuple  # (name, TensorSpec) per parameter/buffer
     training: bool
     grad_enabled: bool
+    context: tuple = ()  # a traced function's other specialisations (optimizer settings...)
 
     @property
     def needs_grad(self) -> bool:
@@ -58,6 +59,11 @@ def _spec_changes(what: str, old: TensorSpec, new: TensorSpec) -> list:
     return out
 
 
+def _names(names, shown=4) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(f"'{n}'" for n in names[:shown]) + more
+
+
 def describe_change(old: Signature, new: Signature) -> str:
     """What differs between two signatures, e.g. ``input 0 shape [32,3] -> [16,3]``."""
     changes = []
@@ -68,8 +74,12 @@ def describe_change(old: Signature, new: Signature) -> str:
     if old.static != new.static:
         changes.append(f"non-tensor arguments {old.static} -> {new.static}")
     old_state, new_state = dict(old.state), dict(new.state)
-    if set(old_state) != set(new_state):
-        changes.append(f"parameters/buffers {sorted(old_state)} -> {sorted(new_state)}")
+    added = [n for n in new_state if n not in old_state]
+    removed = [n for n in old_state if n not in new_state]
+    if added:
+        changes.append(f"new state tensors {_names(added)}")
+    if removed:
+        changes.append(f"state tensors gone {_names(removed)}")
     for name, spec in old_state.items():
         if name in new_state:
             changes += _spec_changes(f"'{name}'", spec, new_state[name])
@@ -77,6 +87,8 @@ def describe_change(old: Signature, new: Signature) -> str:
         changes.append(f"training mode {old.training} -> {new.training}")
     if old.grad_enabled != new.grad_enabled:
         changes.append(f"grad mode {old.grad_enabled} -> {new.grad_enabled}")
+    if old.context != new.context:
+        changes.append(f"optimizer settings or module modes {old.context} -> {new.context}")
     return "; ".join(changes) or "no change"
 
 

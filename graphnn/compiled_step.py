@@ -1,0 +1,104 @@
+"""Whole-step compilation: a traced function that writes state becomes one kernel.
+
+``trace_function(fn, args, kwargs, step_state)`` traces ``fn`` with every state tensor of the
+modules and optimizers it reaches bound as a graph parameter (``step_state.StepState``) and
+returns ``(TracedFunction, SlotChanges)``: the graph's outputs are ``(result, updates, extra)``
+(see ``frontend.tracer.trace_with_state``), and the slot changes say which ``.grad`` and
+optimizer-state entries the function rebound (to a tensor: an ``extra`` output; to None:
+``cleared``). Tracing leaves every tensor, gradient and optimizer state as it was.
+
+``compile_step`` turns such a trace into a ``StepEntry``: when the function called
+``loss.backward()``, ``passes.step_autodiff`` computes the gradients (the forward is optimized
+before it is differentiated), the pass pipeline runs on the whole step, and one kernel computes
+the result, the new state and the rebound tensors. A call of the entry runs the kernel, writes
+each updated tensor in place (``np.copyto``; its version counter moves as an eager in-place
+write's does), rebinds the slots, and returns the result as tensors without autograd history,
+like an eager step whose loss was computed before ``backward``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .frontend.tensor import Tensor
+from .frontend.tracer import trace_with_state
+from .passes.pipeline import run_pipeline
+from .passes.step_autodiff import differentiate_step
+
+
+@dataclass
+class SlotChanges:
+    rebound: dict = field(default_factory=dict)  # slot name -> Slot (its value is an output)
+    cleared: list = field(default_factory=list)  # Slots set to None
+
+
+def trace_function(fn, args, kwargs, step_state, name=None):
+    """Trace ``fn`` with ``step_state``'s tensors bound; returns (TracedFunction, SlotChanges)."""
+    snapshot = step_state.snapshot()
+    before_slots = step_state.slots()
+    before = {slot.name: slot.get() for slot in before_slots}
+    changes = SlotChanges()
+
+    def collect(state):
+        extra, after = {}, step_state.slots()
+        for slot in after:
+            now = slot.get()
+            if now is before.get(slot.name):
+                continue  # unchanged, or written in place (an update output)
+            if now is None:
+                changes.cleared.append(slot)
+            else:
+                extra[slot.name] = state.value(now)
+                changes.rebound[slot.name] = slot
+        names = {slot.name for slot in after}
+        changes.cleared += [s for s in before_slots if s.name not in names and before[s.name]
+                            is not None]
+        return extra
+
+    try:
+        traced = trace_with_state(fn, args, kwargs, step_state.bindings(),
+                                  tuple(step_state.modules.values()), collect, name)
+    finally:
+        step_state.restore(snapshot)
+    return traced, changes
+
+
+def write_back(updates: dict, state: dict) -> None:
+    """Write each updated state array into its tensor (``state``: name -> tensor) in place,
+    moving the tensor's version as an eager in-place write does."""
+    for name, array in updates.items():
+        target = state[name]
+        np.copyto(target._data, array)
+        target._version_counter.value += 1
+
+
+class StepEntry:
+    """One signature's compiled step (see the module docstring)."""
+
+    template = None  # the eager result's containers
+
+    def __init__(self, artifact, random, changes, wrap):
+        self.artifact, self.random, self.changes = artifact, random, changes
+        self._wrap = wrap  # (result structure, template) -> tensors
+
+    def __call__(self, tensors, state):
+        params = {n: state[n]._data for n in self.artifact.param_names}
+        result, updates, extra = self.artifact.run(
+            [t._data for t in tensors] + self.random.draw(), params)
+        write_back(updates, state)
+        for slot in self.changes.cleared:
+            slot.set(None)
+        for name, array in extra.items():
+            self.changes.rebound[name].set(Tensor._wrap(np.asarray(array)))
+        return self._wrap(result, self.template)
+
+
+def step_graph(graph, backward, passes=None, disable=None):
+    """The optimized graph of a traced step (``backward``: its BackwardRequest or None):
+    gradients filled in, passes run."""
+    def optimize(g):
+        return run_pipeline(g, passes, disable).graph
+    if backward is not None:
+        graph = differentiate_step(graph, backward.loss, backward.grads, optimize)
+    return optimize(graph)

@@ -1,0 +1,84 @@
+"""Fill in the gradients of a traced training step: forward, autodiff, then the rest.
+
+A traced step (``graphnn.compile(train_step)``) has graph inputs standing for gradients
+(``%"grad:model.0.weight"``, one per parameter that ``loss.backward()`` reached) that the
+optimizer update reads. ``differentiate_step(graph, loss, grads, optimize)`` assumes a verified
+graph, the loss's value name and ``{gradient input name: parameter name}``; it returns a new
+graph without those inputs, equal in meaning, computing:
+
+1. the *forward part*: every node that does not depend on a gradient input, with outputs the
+   loss and each of its values that later nodes or the graph outputs read; ``optimize`` (the
+   pass pipeline) runs on it first, so fused forward ops bring their own gradient rules;
+2. ``autodiff`` of the loss with respect to the parameters (the registry's gradient rules);
+3. the *update part*: the nodes that depend on a gradient, appended in their order with the
+   gradient inputs replaced by the computed gradients.
+
+The input graph is not modified.
+"""
+from __future__ import annotations
+
+import copy
+
+from ..ir.errors import GraphnnError
+from ..ir.graph import Graph, map_structure
+from ..ir.verifier import verify
+from .autodiff import autodiff
+
+
+class StepAutodiffError(GraphnnError, ValueError):
+    """A step graph whose gradient request cannot be satisfied."""
+
+
+def _after_gradients(graph: Graph, grad_inputs: set) -> list:
+    """The nodes that read a gradient input, directly or through other nodes, in order."""
+    tainted, later = set(grad_inputs), []
+    for node in graph.nodes:
+        if any(v.name in tainted for v in node.inputs):
+            tainted.update(v.name for v in node.outputs)
+            later.append(node)
+    return later
+
+
+def differentiate_step(graph: Graph, loss: str, grads: dict, optimize) -> Graph:
+    by_name = {v.name: v for v in graph.values()}
+    if loss not in by_name:
+        raise StepAutodiffError(f"step graph {graph.name}: the loss %{loss} is not a value")
+    later = _after_gradients(graph, set(grads))
+    later_ids = {id(n) for n in later}
+    later_values = {v.name for n in later for v in n.outputs} | set(grads)
+    if loss in later_values:
+        raise StepAutodiffError(f"step graph {graph.name}: the loss %{loss} depends on the "
+                                f"gradients it defines")
+    # forward values the update part or the outputs read
+    crossing = []
+    for v in [v for n in later for v in n.inputs] + graph.output_values():
+        if v.name not in later_values and v.kind == "node" and v.name not in crossing:
+            crossing.append(v.name)
+
+    forward = copy.deepcopy(graph)
+    forward.inputs = [v for v in forward.inputs if v.name not in grads]
+    forward.nodes = [n for n, original in zip(forward.nodes, graph.nodes)
+                     if id(original) not in later_ids]
+    values = {v.name: v for v in forward.values()}
+    forward.outputs = (values[loss], tuple(values[n] for n in crossing))
+    forward = optimize(verify(forward))
+
+    joint = autodiff(forward, list(dict.fromkeys(grads.values())))
+    (_, crossed), gradients = joint.outputs
+    renamed = dict(zip(crossing, crossed))
+    renamed.update({name: gradients[param] for name, param in grads.items()})
+    joint_values = {v.name: v for v in joint.values()}
+    for v in by_name.values():  # constants only the update part reads (dropped from forward)
+        if v.kind == "const" and v.name not in joint_values:
+            joint_values[v.name] = joint.add_const(v.data)
+    for node in later:
+        inputs = [renamed.get(v.name) or joint_values[v.name] for v in node.inputs]
+        new = joint.add_node(node.op, inputs, node.attrs, [v.type for v in node.outputs],
+                             scope=node.scope, source=node.source)
+        renamed.update({old.name: v for old, v in zip(node.outputs, new.outputs)})
+    joint.inputs = [v for v in joint.inputs if v.name not in grads]
+    joint.outputs = map_structure(
+        lambda v: None if v is None else renamed.get(v.name) or joint_values[v.name],
+        graph.outputs)
+    joint.name = graph.name
+    return verify(joint)

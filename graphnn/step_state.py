@@ -1,0 +1,182 @@
+"""The state a compiled function reads and writes: modules and optimizers it reaches.
+
+``graphnn.compile(train_step)`` traces a plain function; the modules and optimizers it uses are
+found the way a reader of the function would find them: its closure variables, the globals its
+code names (nested functions and comprehensions included), its default arguments, and for a
+bound method the attributes of ``self``. ``StepState(fn)`` holds them and, at each call, says:
+
+- ``bindings()``: ``[(name, tensor, kind)]`` of every state tensor, named by where it lives:
+  ``model.0.weight`` (parameters, kind "param"; buffers "buffer"), ``model.0.weight.grad``
+  (an existing gradient), ``opt.state.model.0.weight.exp_avg`` (optimizer state);
+- ``slots()``: the places that hold a tensor or None and that a step may rebind (each
+  parameter's ``.grad``, each optimizer state entry), as ``Slot``s;
+- ``key()``: everything else a trace specialises on (optimizer hyper-parameters such as
+  ``lr``, the modules' train/eval flags), for the compiled signature.
+
+``snapshot()``/``restore()`` put the slots and the optimizers' state dicts back after a trace.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+from .frontend.tensor import Tensor
+from .nn.module import Module
+from .optim.optimizer import Optimizer
+
+
+@dataclass
+class Slot:
+    """A place holding a tensor or None: ``get()`` reads it, ``set(value)`` rebinds it (None
+    removes an optimizer state entry)."""
+
+    name: str
+    get: object
+    set: object
+
+
+def _grad_slot(name, param) -> Slot:
+    return Slot(f"{name}.grad", lambda: param.grad, lambda v: setattr(param, "grad", v))
+
+
+def _state_slot(name, opt, param, key) -> Slot:
+    def set_entry(value):
+        if value is None:
+            opt.state.get(param, {}).pop(key, None)
+        else:
+            opt.state[param][key] = value
+    return Slot(name, lambda: opt.state.get(param, {}).get(key), set_entry)
+
+
+def _code_names(code) -> list:
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names += _code_names(const)
+    return names
+
+
+def reachable(fn) -> dict:
+    """{name: object} of what ``fn`` can reach: closure, named globals, defaults, ``self``."""
+    found = {}
+    if inspect.ismethod(fn):
+        found.update({k: v for k, v in vars(fn.__self__).items() if not k.startswith("__")})
+        fn = fn.__func__
+    fn = inspect.unwrap(fn)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return found
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            found.setdefault(name, cell.cell_contents)
+        except ValueError:  # a cell not filled yet
+            pass
+    for name in _code_names(code):
+        if name in fn.__globals__:
+            found.setdefault(name, fn.__globals__[name])
+    parameters = inspect.signature(fn).parameters.values()
+    found.update({p.name: p.default for p in parameters if p.default is not p.empty
+                  and isinstance(p.default, (Module, Optimizer))})
+    return found
+
+
+class StepState:
+    def __init__(self, fn):
+        objects = reachable(fn)
+        self.modules = {k: v for k, v in objects.items() if isinstance(v, Module)}
+        self.optimizers = {k: v for k, v in objects.items() if isinstance(v, Optimizer)}
+        self.gradients = True  # gradients are state the function may read and rebind
+
+    @classmethod
+    def of_module(cls, module) -> "StepState":
+        """A compiled module's forward: its own state under its state_dict keys; gradients
+        and optimizers are not the forward's business."""
+        self = cls.__new__(cls)
+        self.modules, self.optimizers, self.gradients = {"": module}, {}, False
+        return self
+
+    # ---- naming --------------------------------------------------------------------------------
+    def _named_state(self) -> list:
+        """[(name, tensor, kind)] of module state and optimizer parameters, each tensor once."""
+        seen, out = set(), []
+        for prefix, module in self.modules.items():
+            params = {id(p) for p in module.parameters()}
+            for key, t in module.state_dict(keep_vars=True).items():
+                if isinstance(t, Tensor) and id(t) not in seen:
+                    seen.add(id(t))
+                    out.append((f"{prefix}.{key}" if prefix else key, t,
+                                "param" if id(t) in params else "buffer"))
+        for prefix, opt in self.optimizers.items():
+            for g, group in enumerate(opt.param_groups):
+                for i, p in enumerate(group["params"]):
+                    if id(p) not in seen:
+                        seen.add(id(p))
+                        out.append((f"{prefix}.param_groups.{g}.params.{i}", p, "param"))
+        return out
+
+    def _param_names(self, named) -> dict:
+        return {id(t): name for name, t, kind in named if kind == "param"}
+
+    def bindings(self) -> list:
+        """Every state tensor a call reads, named (see the module docstring)."""
+        named = self._named_state()
+        out = list(named)
+        for name, t, kind in named:
+            if self.gradients and kind == "param" and isinstance(t.grad, Tensor):
+                out.append((f"{name}.grad", t.grad, "buffer"))
+        param_names = self._param_names(named)
+        for prefix, opt in self.optimizers.items():
+            for p, entries in list(opt.state.items()):
+                for key, value in entries.items():
+                    if isinstance(value, Tensor) and id(p) in param_names:
+                        out.append((f"{prefix}.state.{param_names[id(p)]}.{key}", value,
+                                    "buffer"))
+        return out
+
+    def slots(self, named=None) -> list:
+        """The ``.grad`` of every parameter and every optimizer state entry now, as Slots."""
+        named = self._named_state() if named is None else named
+        param_names = self._param_names(named)
+        out = [_grad_slot(name, t) for name, t, kind in named
+               if self.gradients and kind == "param"]
+        for prefix, opt in self.optimizers.items():
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    for key in list(opt.state.get(p, ())):
+                        out.append(_state_slot(f"{prefix}.state.{param_names[id(p)]}.{key}",
+                                               opt, p, key))
+        return out
+
+    def key(self) -> tuple:
+        """What else a trace specialises on: hyper-parameters, train flags, state layout."""
+        groups = tuple((name, g, tuple((k, repr(v)) for k, v in sorted(group.items())
+                                       if k != "params"))
+                       for name, opt in self.optimizers.items()
+                       for g, group in enumerate(opt.param_groups))
+        training = tuple((name, tuple(m.training for m in module.modules()))
+                         for name, module in self.modules.items())
+        non_tensor_state = tuple(
+            (name, i, k, repr(v)) for name, opt in self.optimizers.items()
+            for i, entries in enumerate(opt.state.values()) for k, v in entries.items()
+            if not isinstance(v, Tensor))
+        return groups, training, non_tensor_state
+
+    # ---- undoing a trace ---------------------------------------------------------------------
+    def snapshot(self):
+        grads = [(t, t.grad) for _, t, kind in self._named_state()
+                 if self.gradients and kind == "param"]
+        states = [(opt, dict(opt.state), {p: dict(d) for p, d in opt.state.items()})
+                  for opt in self.optimizers.values()]
+        return grads, states
+
+    @staticmethod
+    def restore(snapshot) -> None:
+        grads, states = snapshot
+        for t, grad in grads:
+            t.grad = grad
+        for opt, outer, inner in states:
+            opt.state.clear()
+            opt.state.update(outer)
+            for p, entries in inner.items():
+                opt.state[p].clear()
+                opt.state[p].update(entries)
