@@ -404,18 +404,13 @@ class CompiledFunction:
         self.compiles = 0
 
     # state ----------------------------------------------------------------------------------
-    def _state(self) -> dict:
-        return {name: t for name, t, _ in self._step_state.bindings()}
-
-    def _hooks_reason(self):
-        roots = self._step_state.modules
-        if roots and _global_hooks():
+    def _hooks_reason(self, modules):
+        """Why hooks make this call run eagerly (``modules``: [(path, module)]), or None."""
+        if modules and _global_hooks():
             return "global module hooks are registered"
-        for prefix, root in roots.items():
-            for path, m in root.named_modules():
-                if (path or prefix or self._root_hooks_fall_back) and _has_hooks(m):
-                    where = ".".join(p for p in (prefix, path) if p) or "<root>"
-                    return f"module '{where}' has forward/backward hooks"
+        for path, m in modules:
+            if (path or self._root_hooks_fall_back) and _has_hooks(m):
+                return f"module '{path or '<root>'}' has forward/backward hooks"
         return None
 
     def _warn_once(self, key, message):
@@ -427,18 +422,18 @@ class CompiledFunction:
     def __call__(self, *args, **kwargs):
         if trace_state.active() is not None:  # inside an outer trace: record the forward
             return self._fn(*args, **kwargs)
-        reason = self._hooks_reason()
+        call = self._step_state.read()
+        reason = self._hooks_reason(call.modules)
         if reason is not None:
             self._warn_once(("hooks", reason), f"graphnn: {self.name} runs eagerly: {reason} "
                             f"(hooks are not traced into compiled code)")
             return self._eager(*args, **kwargs)
         tensors, static = _flatten_call(self._signature, args, kwargs)
-        state = self._state()
+        state = {name: t for name, t, _ in call.bindings}
         training = bool(getattr(self._module, "training", False))
         sig = Signature(tuple(spec_of(t) for t in tensors), static,
-                        tuple((k, spec_of(t)) for k, t in state.items()
-                              if isinstance(t, Tensor)),
-                        training, is_grad_enabled(), self._step_state.key())
+                        tuple((k, spec_of(t)) for k, t in state.items()),
+                        training, is_grad_enabled(), call.key)
         entry = self._entries.get(sig)
         if entry is None:
             with self._lock:
@@ -544,6 +539,8 @@ class CompiledFunction:
         new._fn = copy.deepcopy(self._fn, memo)
         new._eager = copy.deepcopy(self._eager, memo)
         new._module = copy.deepcopy(self._module, memo)
+        new._step_state = (StepState(new._fn) if new._module is None
+                           else StepState.of_module(new._module))
         new._entries, new._last, new._lock = {}, None, threading.RLock()
         new._warned, new.recompile_reasons, new.compiles = set(), [], 0
         return new

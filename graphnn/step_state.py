@@ -10,8 +10,9 @@ bound method the attributes of ``self``. ``StepState(fn)`` holds them and, at ea
   (an existing gradient), ``opt.state.model.0.weight.exp_avg`` (optimizer state);
 - ``slots()``: the places that hold a tensor or None and that a step may rebind (each
   parameter's ``.grad``, each optimizer state entry), as ``Slot``s;
-- ``key()``: everything else a trace specialises on (optimizer hyper-parameters such as
-  ``lr``, the modules' train/eval flags), for the compiled signature.
+- ``read()``: the bindings, plus everything else a trace specialises on (optimizer
+  hyper-parameters such as ``lr``, the modules' train/eval flags) for the compiled signature,
+  and the modules (their hooks make a call run eagerly), in one walk per call.
 
 ``snapshot()``/``restore()`` put the slots and the optimizers' state dicts back after a trace.
 """
@@ -23,6 +24,13 @@ from dataclasses import dataclass
 from .frontend.tensor import Tensor
 from .nn.module import Module
 from .optim.optimizer import Optimizer
+
+
+@dataclass
+class CallState:
+    bindings: list  # [(name, tensor, kind)]
+    key: tuple  # hyper-parameters, train flags, non-tensor optimizer state
+    modules: list  # [(path, module)] of every module reached, for the hook check
 
 
 @dataclass
@@ -96,30 +104,44 @@ class StepState:
         return self
 
     # ---- naming --------------------------------------------------------------------------------
-    def _named_state(self) -> list:
-        """[(name, tensor, kind)] of module state and optimizer parameters, each tensor once."""
-        seen, out = set(), []
-        for prefix, module in self.modules.items():
-            params = {id(p) for p in module.parameters()}
-            for key, t in module.state_dict(keep_vars=True).items():
-                if isinstance(t, Tensor) and id(t) not in seen:
-                    seen.add(id(t))
-                    out.append((f"{prefix}.{key}" if prefix else key, t,
-                                "param" if id(t) in params else "buffer"))
+    def _walk(self):
+        """One walk over the modules: ([(name, tensor, kind)] of module state and optimizer
+        parameters, each tensor once; [(path, module)] of every module; train flags)."""
+        seen, out, modules, training = set(), [], [], []
+        for prefix, root in self.modules.items():
+            for path, m in root.named_modules():
+                where = ".".join(p for p in (prefix, path) if p)
+                modules.append((where, m))
+                training.append(m.training)
+                for key, t in m._local_state().items():
+                    if isinstance(t, Tensor) and id(t) not in seen:
+                        seen.add(id(t))
+                        out.append((f"{where}.{key}" if where else key, t,
+                                    "param" if key in m._parameters else "buffer"))
         for prefix, opt in self.optimizers.items():
             for g, group in enumerate(opt.param_groups):
                 for i, p in enumerate(group["params"]):
                     if id(p) not in seen:
                         seen.add(id(p))
                         out.append((f"{prefix}.param_groups.{g}.params.{i}", p, "param"))
-        return out
+        return out, modules, tuple(training)
+
+    def _named_state(self) -> list:
+        return self._walk()[0]
 
     def _param_names(self, named) -> dict:
         return {id(t): name for name, t, kind in named if kind == "param"}
 
+    def read(self) -> "CallState":
+        """What one call needs, in one walk: bindings, the key and the modules (for hooks)."""
+        named, modules, training = self._walk()
+        return CallState(self._bindings(named), self._key(training), modules)
+
     def bindings(self) -> list:
         """Every state tensor a call reads, named (see the module docstring)."""
-        named = self._named_state()
+        return self._bindings(self._named_state())
+
+    def _bindings(self, named) -> list:
         out = list(named)
         for name, t, kind in named:
             if self.gradients and kind == "param" and isinstance(t.grad, Tensor):
@@ -147,14 +169,12 @@ class StepState:
                                                opt, p, key))
         return out
 
-    def key(self) -> tuple:
+    def _key(self, training) -> tuple:
         """What else a trace specialises on: hyper-parameters, train flags, state layout."""
         groups = tuple((name, g, tuple((k, repr(v)) for k, v in sorted(group.items())
                                        if k != "params"))
                        for name, opt in self.optimizers.items()
                        for g, group in enumerate(opt.param_groups))
-        training = tuple((name, tuple(m.training for m in module.modules()))
-                         for name, module in self.modules.items())
         non_tensor_state = tuple(
             (name, i, k, repr(v)) for name, opt in self.optimizers.items()
             for i, entries in enumerate(opt.state.values()) for k, v in entries.items()

@@ -41,7 +41,7 @@ class Signature:
 
 
 def spec_of(tensor) -> TensorSpec:
-    return TensorSpec(tuple(tensor.shape), tensor.dtype.name, bool(tensor.requires_grad))
+    return TensorSpec(tensor._data.shape, tensor._data.dtype.name, tensor._requires_grad)
 
 
 def _shape(shape) -> str:
