@@ -545,6 +545,17 @@ class CompiledFunction:
         new._warned, new.recompile_reasons, new.compiles = set(), [], 0
         return new
 
+    def kernel_sources(self) -> dict:
+        """The generated source of the most recently compiled signature, by stage
+        (``inference``; ``forward`` and ``backward``; or ``step``); empty before any call."""
+        entry = self._entries.get(self._last)
+        if entry is None or entry is _EAGER:
+            return {}
+        if isinstance(entry, _Training):
+            return {"forward": entry.forward.source, "backward": entry.backward.source}
+        return {"step" if isinstance(entry, compiled_step.StepEntry) else "inference":
+                entry.artifact.source}
+
     def __repr__(self):
         return f"<graphnn compiled {self.name}: {len(self._entries)} signatures>"
 

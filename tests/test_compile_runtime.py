@@ -290,3 +290,28 @@ def test_root_backward_hook_sees_compiled_gradients():
     assert net.forward.compiles == 1
     for a, b in zip(seen["compiled"], seen["eager"]):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_kernel_sources_show_the_last_compiled_signature():
+    net = _net()
+    net.compile()
+    assert net.forward.kernel_sources() == {}
+    with graphnn.no_grad():
+        net(graphnn.randn(2, 6))
+    (stage, source), = net.forward.kernel_sources().items()
+    assert stage == "inference" and "def kernel(" in source
+    net(graphnn.randn(2, 6)).sum().backward()
+    assert set(net.forward.kernel_sources()) == {"forward", "backward"}
+    opt = graphnn.optim.SGD(net.parameters(), lr=0.1)
+
+    def train_step(x):
+        opt.zero_grad()
+        loss = net(x).square().mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    step = graphnn.compile(train_step)
+    step(graphnn.randn(2, 6))
+    (stage, source), = step.kernel_sources().items()
+    assert stage == "step" and "fc1.weight" in source
