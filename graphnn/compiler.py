@@ -133,7 +133,7 @@ def _lift_random(graph):
         else:
             keep.append(node)
     g.nodes = keep
-    g.outputs = map_structure(lambda v: None if v is None else replace.get(v.name, v), g.outputs)
+    g.outputs = map_structure(lambda v: replace.get(v.name, v), g.outputs)
     return verify(g), _Random(specs)
 
 
@@ -351,7 +351,7 @@ def _vjp_training_graphs(graph, wrt, passes, disable):
     g.outputs = total
     joint = autodiff(g, wrt)
     values = {v.name: v for v in joint.values()}
-    joint.outputs = (map_structure(lambda v: None if v is None else values[v.name], structure),
+    joint.outputs = (map_structure(lambda v: values[v.name], structure),
                      joint.outputs[1])
     joint = run_pipeline(verify(joint), passes, list(disable or []) + late).graph
     fwd, bwd, _ = partition(joint)
@@ -404,13 +404,15 @@ class CompiledFunction:
         self.compiles = 0
 
     # state ----------------------------------------------------------------------------------
-    def _hooks_reason(self, modules):
-        """Why hooks make this call run eagerly (``modules``: [(path, module)]), or None."""
-        if modules and _global_hooks():
+    def _hooks_reason(self, call):
+        """Why hooks make this call (a ``StepState.read()``) run eagerly, or None."""
+        if call.modules and _global_hooks():
             return "global module hooks are registered"
-        for path, m in modules:
+        for path, m in call.modules:
             if (path or self._root_hooks_fall_back) and _has_hooks(m):
                 return f"module '{path or '<root>'}' has forward/backward hooks"
+        if call.hooked_tensors:
+            return f"parameter '{call.hooked_tensors[0]}' has tensor hooks"
         return None
 
     def _warn_once(self, key, message):
@@ -423,7 +425,7 @@ class CompiledFunction:
         if trace_state.active() is not None:  # inside an outer trace: record the forward
             return self._fn(*args, **kwargs)
         call = self._step_state.read()
-        reason = self._hooks_reason(call.modules)
+        reason = self._hooks_reason(call)
         if reason is not None:
             self._warn_once(("hooks", reason), f"graphnn: {self.name} runs eagerly: {reason} "
                             f"(hooks are not traced into compiled code)")

@@ -31,6 +31,7 @@ class CallState:
     bindings: list  # [(name, tensor, kind)]
     key: tuple  # hyper-parameters, train flags, non-tensor optimizer state
     modules: list  # [(path, module)] of every module reached, for the hook check
+    hooked_tensors: list  # names of parameters with tensor hooks (a step would skip them)
 
 
 @dataclass
@@ -64,28 +65,43 @@ def _code_names(code) -> list:
     return names
 
 
+def _with_items(name, value, depth=2):
+    """(name, object) for ``value`` and the items of lists, tuples and dicts in it (``depth``
+    levels), named ``name.0`` / ``name.key``."""
+    yield name, value
+    if depth and isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _with_items(f"{name}.{i}", item, depth - 1)
+    elif depth and isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str):
+                yield from _with_items(f"{name}.{key}", item, depth - 1)
+
+
 def reachable(fn) -> dict:
-    """{name: object} of what ``fn`` can reach: closure, named globals, defaults, ``self``."""
+    """{name: object} of what ``fn`` can reach: closure, named globals, defaults, ``self``'s
+    attributes, and the items of lists, tuples and dicts among them (two levels)."""
     found = {}
     if inspect.ismethod(fn):
-        found.update({k: v for k, v in vars(fn.__self__).items() if not k.startswith("__")})
+        owner = fn.__self__
+        found.update({"self": owner} if isinstance(owner, Module) else
+                     {k: v for k, v in vars(owner).items() if not k.startswith("__")})
         fn = fn.__func__
     fn = inspect.unwrap(fn)
     code = getattr(fn, "__code__", None)
-    if code is None:
-        return found
-    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-        try:
-            found.setdefault(name, cell.cell_contents)
-        except ValueError:  # a cell not filled yet
-            pass
-    for name in _code_names(code):
-        if name in fn.__globals__:
-            found.setdefault(name, fn.__globals__[name])
-    parameters = inspect.signature(fn).parameters.values()
-    found.update({p.name: p.default for p in parameters if p.default is not p.empty
-                  and isinstance(p.default, (Module, Optimizer))})
-    return found
+    if code is not None:
+        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            try:
+                found.setdefault(name, cell.cell_contents)
+            except ValueError:  # a cell not filled yet
+                pass
+        for name in _code_names(code):
+            if name in fn.__globals__:
+                found.setdefault(name, fn.__globals__[name])
+        for p in inspect.signature(fn).parameters.values():
+            if p.default is not p.empty:
+                found.setdefault(p.name, p.default)
+    return {k: v for name, value in found.items() for k, v in _with_items(name, value)}
 
 
 class StepState:
@@ -93,6 +109,8 @@ class StepState:
         objects = reachable(fn)
         self.modules = {k: v for k, v in objects.items() if isinstance(v, Module)}
         self.optimizers = {k: v for k, v in objects.items() if isinstance(v, Optimizer)}
+        self.tensors = {k: v for k, v in objects.items()
+                        if isinstance(v, Tensor) and v._symbol is None}
         self.gradients = True  # gradients are state the function may read and rebind
 
     @classmethod
@@ -100,7 +118,7 @@ class StepState:
         """A compiled module's forward: its own state under its state_dict keys; gradients
         and optimizers are not the forward's business."""
         self = cls.__new__(cls)
-        self.modules, self.optimizers, self.gradients = {"": module}, {}, False
+        self.modules, self.optimizers, self.tensors, self.gradients = {"": module}, {}, {}, False
         return self
 
     # ---- naming --------------------------------------------------------------------------------
@@ -124,6 +142,10 @@ class StepState:
                     if id(p) not in seen:
                         seen.add(id(p))
                         out.append((f"{prefix}.param_groups.{g}.params.{i}", p, "param"))
+        for name, t in self.tensors.items():
+            if id(t) not in seen:
+                seen.add(id(t))
+                out.append((name, t, "param" if t.requires_grad and t.is_leaf else "buffer"))
         return out, modules, tuple(training)
 
     def _named_state(self) -> list:
@@ -135,7 +157,9 @@ class StepState:
     def read(self) -> "CallState":
         """What one call needs, in one walk: bindings, the key and the modules (for hooks)."""
         named, modules, training = self._walk()
-        return CallState(self._bindings(named), self._key(training), modules)
+        hooked = [name for name, t, kind in named if self.gradients and kind == "param"
+                  and t._accum is not None and any(t._accum.hooks.values())]
+        return CallState(self._bindings(named), self._key(training), modules, hooked)
 
     def bindings(self) -> list:
         """Every state tensor a call reads, named (see the module docstring)."""

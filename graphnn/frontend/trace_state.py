@@ -118,6 +118,7 @@ class TraceState:
         self.initial = {}  # id(tensor) -> (tensor, Value): state bound before the trace ran
         self.backward_request = None  # a traced loss.backward() (see traced_backward)
         self.foreign_writes = []  # concrete tensors written in place that are not bound state
+        self.inputs_requiring_grad = []  # names of inputs lifted from tensors requiring grad
 
     # ---- values -----------------------------------------------------------------------------
     def symbol(self, t):

@@ -10,7 +10,7 @@ those tensors like any other. The request is kept on the trace state; a compiler
 inputs by the autodiff pass's gradients of the loss (``passes.step_autodiff``).
 
 Supported: one ``backward`` per trace, of a scalar, without ``create_graph``; leaves are the
-trace's bound tensors (parameters of the traced modules). Anything else raises
+trace's bound tensors (parameters of the traced modules), not its inputs. Anything else raises
 ``UnsupportedError`` naming what was asked.
 """
 from __future__ import annotations
@@ -54,6 +54,10 @@ def traced_backward(state, tensors, grad_tensors, inputs, create_graph) -> None:
         raise AutogradError("grad can be implicitly created only for scalar outputs")
     if not loss.dtype.is_floating_point:
         raise AutogradError(f"backward(): the loss is {loss.dtype.name}, not floating point")
+    if state.inputs_requiring_grad and inputs is None:
+        raise UnsupportedError(f"graphnn.trace: backward() with inputs that require grad "
+                               f"({', '.join(state.inputs_requiring_grad)}); a traced step "
+                               f"computes the gradients of parameters only")
     wanted = None if inputs is None else {id(t) for t in inputs}
     reached = _ancestors(value)
     grads = {}

@@ -107,6 +107,13 @@ def trace_with_state(fn, args, kwargs, bindings, modules=(), collect=None,
             state.graph.outputs = (result, state.final_values(), extra)
     finally:
         restored = _restore(saved)
+    frozen = [t for t, _ in state.consts.values() if t.requires_grad]
+    if frozen:
+        raise TraceError(f"trace: {getattr(fn, '__name__', 'the function')} reads "
+                         f"{len(frozen)} tensor(s) that require grad (shape "
+                         f"{list(frozen[0].shape)}) but are not reachable through its closure, "
+                         f"the globals it names, its defaults or self; a compiled function would "
+                         f"freeze them as constants")
     inputs = [w for w in state.writes if w.startswith("input")]
     if inputs or state.foreign_writes:
         what = ", ".join(inputs) or f"{len(state.foreign_writes)} tensor(s) that are not state " \
@@ -157,6 +164,8 @@ def _symbolic_arguments(state: TraceState, forward, args, kwargs):
             t = trace_state.symbolic(state.graph.add_input(
                 name, TensorType(tuple(value.shape), value.dtype)))
             state.state_names[id(t)] = f"input '{name}'"
+            if value.requires_grad:
+                state.inputs_requiring_grad.append(name)
             return t
         if isinstance(value, (tuple, list)):
             items = [lift(f"{name}_{i}", v) for i, v in enumerate(value)]

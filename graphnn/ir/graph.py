@@ -181,7 +181,9 @@ def flatten_structure(structure) -> list:
 
 
 def map_structure(fn, structure):
-    """The same nesting with every leaf replaced by ``fn(leaf)``."""
+    """The same nesting with every leaf replaced by ``fn(leaf)`` (None stays None)."""
+    if structure is None:
+        return None
     if isinstance(structure, dict):
         return {k: map_structure(fn, v) for k, v in structure.items()}
     if isinstance(structure, (tuple, list)):

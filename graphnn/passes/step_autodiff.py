@@ -77,8 +77,7 @@ def differentiate_step(graph: Graph, loss: str, grads: dict, optimize) -> Graph:
                              scope=node.scope, source=node.source)
         renamed.update({old.name: v for old, v in zip(node.outputs, new.outputs)})
     joint.inputs = [v for v in joint.inputs if v.name not in grads]
-    joint.outputs = map_structure(
-        lambda v: None if v is None else renamed.get(v.name) or joint_values[v.name],
-        graph.outputs)
+    joint.outputs = map_structure(lambda v: renamed.get(v.name) or joint_values[v.name],
+                                  graph.outputs)
     joint.name = graph.name
     return verify(joint)
