@@ -3,11 +3,12 @@
     graphnn dump-ir examples/models.py:SmallCNN --input 8x3x32x32
     graphnn dump-ir examples/models.py:make_mlp --input 4x20 --train
     graphnn dump-ir examples/models.py:attention --input 2x5x16 --input 2x5x16 --input 2x5x16
+    graphnn dump-ir examples/models.py:train_step --input 4x20 --input 4:int64 --stage optimized
 """
 import math
 
 import graphnn
-from graphnn import nn
+from graphnn import nn, optim
 
 
 class SmallCNN(nn.Module):
@@ -62,3 +63,17 @@ def lookup(ids):
     """Rows of a fixed table picked by integer ids (try --input 3x5:int64)."""
     table = graphnn.arange(40.0).reshape(10, 4)
     return table[ids].sum(-1)
+
+
+step_model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 5))
+step_optimizer = optim.SGD(step_model.parameters(), lr=0.1, momentum=0.9)
+
+
+def train_step(x, labels):
+    """One SGD step of a small classifier: forward, loss, backward and update (compile it
+    whole with graphnn.compile, or look at it with dump-ir --stage step)."""
+    step_optimizer.zero_grad()
+    loss = nn.functional.cross_entropy(step_model(x), labels)
+    loss.backward()
+    step_optimizer.step()
+    return loss

@@ -9,6 +9,7 @@ import sys
 import traceback
 
 from . import GraphnnError, stages
+from .compiled_step import step_graph
 from .codegen import numpy_backend
 from .cli_target import UsageError, add_target_arguments, fail, prepare_target, traced_target
 from .ir import Graph
@@ -26,7 +27,13 @@ examples:
   graphnn dump-ir examples/models.py:make_mlp --input 4x20 --stage backward
   graphnn dump-ir examples/models.py:make_mlp --input 4x20 --stage kernels
   graphnn dump-ir examples/models.py:attention --input 2x5x16 --input 2x5x16 --input 2x5x16
+  graphnn dump-ir examples/models.py:train_step --input 4x20 --input 4:int64 --stage optimized
   graphnn dump-ir mypackage.models:Net --input 16x100:int64 --format json -o net.json
+
+A function that calls loss.backward() or steps an optimizer is a training step: it is traced
+as graphnn.compile traces it (module and optimizer state as graph parameters, one input per
+gradient); --stage optimized fills in the gradients and runs the passes on the whole step and
+--stage kernels prints its one kernel.
 
 Each line of the text form is one op: its result values and types, the op and its operands,
 its attributes, the Module path that produced it (@features.0; @<root> for the model's own
@@ -67,6 +74,25 @@ def add_parser(commands) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
 
 
+def _step_text(graph: Graph, step, args) -> str:
+    """A training-step function's stages: traced, optimized (gradients filled in, passes run)
+    and kernels; its backward is part of the step, so there is no backward stage."""
+    stage = args.stage or "traced"
+    if stage == "backward" or args.after or args.diff:
+        raise UsageError("the target is a training step (it calls backward() or writes state): "
+                         "its backward is part of --stage optimized, which takes no --after or "
+                         "--diff")
+    if stage != "traced":
+        graph = step_graph(graph, step.backward, _names(args.passes), _names(args.disable))
+    elif args.passes or args.disable:
+        raise UsageError("--passes and --disable need --stage optimized or kernels")
+    if stage == "kernels":
+        if args.format != "text":
+            raise UsageError("--stage kernels prints Python source: it takes no --format")
+        return numpy_backend.generate(graph)
+    return FORMATS[args.format](graph)
+
+
 def _staged_text(graph: Graph, args) -> str:
     stage = args.stage or ("optimized" if args.after or args.diff else "traced")
     if stage == "traced":
@@ -105,8 +131,8 @@ def run(args) -> int:
     callee = None
     try:
         name, callee, inputs = prepare_target(args)
-        graph = traced_target("dump-ir", name, callee, inputs)
-        text = _staged_text(graph, args)
+        graph, step = traced_target("dump-ir", name, callee, inputs)
+        text = _staged_text(graph, args) if step is None else _step_text(graph, step, args)
         if args.output:
             try:
                 with open(args.output, "w", encoding="utf-8") as f:

@@ -19,9 +19,12 @@ import re
 import sys
 import typing
 import warnings
+from dataclasses import dataclass
 
 from . import nn, trace, zeros
-from .frontend.tracer import TraceWarning
+from .compiled_step import trace_function
+from .step_state import StepState
+from .frontend.tracer import TraceError, TraceWarning
 from .ir import Graph
 from .ir.dtypes import dtype_from_name
 
@@ -56,14 +59,21 @@ def prepare_target(args):
     return name, build(name, obj, args.training), inputs
 
 
-def traced_target(command: str, name: str, callee, inputs) -> Graph:
-    """The traced graph of a prepared target; trace warnings are printed to stderr."""
+def traced_target(command: str, name: str, callee, inputs):
+    """(traced graph, step) of a prepared target; trace warnings are printed to stderr.
+
+    ``step`` is None, or the ``BackwardRequest`` (None when it has no backward) of a function
+    that changes state (a training step), whose graph is traced as ``graphnn.compile`` traces
+    it: with the state it reaches bound, gradients as inputs, and the state it writes returned.
+    """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TraceWarning)
-        graph = trace_target(name, callee, inputs)
+        _check_inputs(name, callee, inputs)
+        step = _traced_step(callee, inputs)
+        result = step if step is not None else (trace(callee, *inputs), None)
     for w in caught:
         print(f"graphnn {command}: warning: {w.message}", file=sys.stderr)
-    return graph
+    return result
 
 
 def fail(command: str, message, status: int, callee=None) -> int:
@@ -204,7 +214,26 @@ def _function_of_tensors(name, fn, needed):
     return call
 
 
-def trace_target(name: str, callee, inputs) -> Graph:
+def _traced_step(callee, inputs):
+    """(graph, StepRequest) when ``callee`` is a function that changes state, else None."""
+    if isinstance(callee, nn.Module):
+        return None
+    try:
+        traced, changes = trace_function(callee, tuple(inputs), {}, StepState(callee))
+    except TraceError:  # not traceable as a step (e.g. it reads unreachable tensors)
+        return None
+    _, updates, rebound = traced.graph.outputs
+    if traced.backward is None and not (updates or rebound or changes.cleared):
+        return None
+    return traced.graph, StepRequest(traced.backward)
+
+
+@dataclass
+class StepRequest:
+    backward: object  # the traced loss.backward() (a BackwardRequest), or None
+
+
+def _check_inputs(name: str, callee, inputs) -> None:
     forward = callee.forward if isinstance(callee, nn.Module) else callee
     try:
         inspect.signature(forward).bind(*inputs)
@@ -215,4 +244,3 @@ def trace_target(name: str, callee, inputs) -> Graph:
                          f"tensor argument") from None
     except ValueError:  # no signature to check against
         pass
-    return trace(callee, *inputs)

@@ -89,9 +89,27 @@ class StepEntry:
         write_back(updates, state)
         for slot in self.changes.cleared:
             slot.set(None)
+        owners = {id(_root(a)) for a in params.values()}
         for name, array in extra.items():
-            self.changes.rebound[name].set(Tensor._wrap(np.asarray(array)))
+            self.changes.rebound[name].set(Tensor._wrap(_owned(np.asarray(array), owners)))
         return self._wrap(result, self.template)
+
+
+def _root(array):
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+def _owned(array, owners: set):
+    """``array``, or a copy of it when its memory belongs to a state tensor or to an array
+    already handed out (two slots set to one value, e.g. a first momentum buffer and the
+    gradient it was cloned from, must not share memory); records the owner."""
+    root = id(_root(array))
+    if root in owners:
+        return array.copy()
+    owners.add(root)
+    return array
 
 
 def step_graph(graph, backward, passes=None, disable=None):

@@ -221,3 +221,27 @@ def test_errors_exit_non_zero_with_a_clear_message(run_here, name, status, phras
     for phrase in phrases:
         assert phrase in stderr
     assert "Traceback" not in stderr
+
+
+STEP = [f"{MODELS}:train_step", "--input", "4x20", "--input", "4:int64"]
+
+
+def test_training_step_function_is_dumped_as_compile_traces_it(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    traced = _graph(_in_process(STEP, capsys))
+    grads = [v.name for v in traced.inputs if v.name.startswith("grad:")]
+    assert grads == ["grad:step_model.0.weight", "grad:step_model.0.bias",
+                     "grad:step_model.2.weight", "grad:step_model.2.bias"]
+    assert [v.name for v in traced.params] == ["step_model.0.weight", "step_model.0.bias",
+                                               "step_model.2.weight", "step_model.2.bias"]
+    optimized = _graph(_in_process(STEP + ["--stage", "optimized"], capsys))
+    assert [v.name for v in optimized.inputs] == ["x", "labels"]
+    _, updates, rebound = optimized.outputs
+    assert sorted(updates) == sorted(v.name for v in traced.params)
+    assert "step_model.0.weight.grad" in rebound
+    assert "step_optimizer.state.step_model.0.weight.momentum_buffer" in rebound
+    kernels = _in_process(STEP + ["--stage", "kernels"], capsys)
+    assert kernels.returncode == 0 and "def kernel(" in kernels.stdout
+    assert "step_model.0.weight.grad" in kernels.stdout
+    message = _error(_in_process(STEP + ["--stage", "backward"], capsys), 2)
+    assert "training step" in message

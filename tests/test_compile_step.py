@@ -1134,3 +1134,27 @@ def test_parameter_tensor_hooks_are_applied_or_fall_back():
             assert_same_value(step(x, y), eager(x, y), f"step {i}")
             assert_same_training_state(model, twin, opt, twin_opt, where=f"step {i}: ")
     assert caught == [] or any(issubclass(w.category, CompileWarning) for w in caught)
+
+
+def test_state_set_to_one_value_gets_separate_memory():
+    """SGD's first momentum buffer is a clone of the gradient: the compiled step returns one
+    value for both, and the runtime must not let them share memory."""
+    graphnn.manual_seed(12)
+    model = nn.Linear(3, 2)
+    opt = graphnn.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def train_step(x):
+        opt.zero_grad(set_to_none=False)
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    step = graphnn.compile(train_step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        step(graphnn.randn(4, 3))
+    for p in model.parameters():
+        buf = opt.state[p]["momentum_buffer"]
+        assert not np.shares_memory(p.grad._data, buf._data)
+        assert not np.shares_memory(p.grad._data, p._data)
