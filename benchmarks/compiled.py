@@ -3,16 +3,37 @@ PyTorch eager and (when it works here) torch.compile. Prints median milliseconds
 PyTorch eager (lower is better) and compile time (first call minus a steady call).
 
 Usage: python benchmarks/compiled.py [--repeat N] [--only mlp,cnn,transformer] [--no-torch-compile]
+                                     [--threads N] [--clock wall|cpu]
+
+Threads: by default NumPy's BLAS and PyTorch use every core and graphnn's own kernel work
+(large copies and elementwise passes) one thread. ``--threads N`` sets all three to N (through
+their environment variables, read when the libraries load, so it is parsed first) and, for
+N > 1, ``OPENBLAS_THREAD_TIMEOUT=4`` so that OpenBLAS's idle workers sleep instead of spinning
+on the cores graphnn's kernel threads need (it changes nothing for PyTorch). The header
+prints the settings and the load average: other processes on the machine make multi-threaded
+BLAS calls wait for each other, so compare ratios from quiet runs (or use
+``--threads 1 --clock cpu``). Each variant starts after a short idle pause (a safeguard: here
+neither library's idle worker threads measurably slowed the other).
 """
 import argparse
+import os
 import statistics
+import sys
 import time
 
-import numpy as np
-import torch
+if __name__ == "__main__" and "--threads" in sys.argv:
+    _n = sys.argv[sys.argv.index("--threads") + 1]
+    for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                 "GRAPHNN_NUMPY_THREADS"):
+        os.environ[_var] = _n
+    if int(_n) > 1:
+        os.environ["OPENBLAS_THREAD_TIMEOUT"] = "4"
 
-import graphnn
-from graphnn import nn, optim
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import graphnn  # noqa: E402
+from graphnn import nn, optim  # noqa: E402
 
 
 def mlp(lib):
@@ -46,12 +67,15 @@ def _copy_weights(ours, theirs):
                          strict=False)
 
 
+CLOCK = time.perf_counter  # --clock cpu: time.process_time
+
+
 def _median_ms(fn, repeat):
     times = []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = CLOCK()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(CLOCK() - start)
     return statistics.median(times) * 1e3
 
 
@@ -94,13 +118,14 @@ def run(name, repeat, try_torch_compile):
     rows = {}
     for label, (lib, model, x, t) in variants.items():
         forward, step = _runners(lib, model, x, t, kind)
+        time.sleep(0.3)  # a safeguard: idle worker threads of the last variant go to sleep
         try:
-            start = time.perf_counter()
+            start = CLOCK()
             forward()
-            first_fwd = time.perf_counter() - start
-            start = time.perf_counter()
+            first_fwd = CLOCK() - start
+            start = CLOCK()
             step()
-            first_step = time.perf_counter() - start
+            first_step = CLOCK() - start
             fwd_ms = _median_ms(forward, repeat)
             step_ms = _median_ms(step, repeat)
         except Exception as e:  # torch.compile may not work on this machine
@@ -122,15 +147,51 @@ def gemm_peak_gflops():
     return 2 * 1024 ** 3 / (ms / 1e3) / 1e9
 
 
+def blas_threads() -> str:
+    """NumPy's BLAS and its thread count, as far as this process can tell."""
+    try:
+        from threadpoolctl import threadpool_info
+        pools = [p for p in threadpool_info() if p["user_api"] == "blas"]
+        return ", ".join(f"{p['internal_api']} {p['num_threads']}" for p in pools)
+    except ImportError:
+        n = os.environ.get("OPENBLAS_NUM_THREADS")
+        timeout = os.environ.get("OPENBLAS_THREAD_TIMEOUT")
+        return (f"OpenBLAS {n}" if n else f"OpenBLAS default ({os.cpu_count()})") + \
+            (f" (OPENBLAS_THREAD_TIMEOUT={timeout})" if timeout else "")
+
+
+def kernel_threads() -> str:
+    try:
+        from graphnn.codegen.numpy_parallel import THREADS
+    except ImportError:  # a graphnn without kernel threads
+        return "1"
+    return str(THREADS)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--only", default="mlp,cnn,transformer")
     p.add_argument("--no-torch-compile", action="store_true")
+    p.add_argument("--threads", type=int,
+                   help="threads for NumPy's BLAS, graphnn's kernels and PyTorch")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="cpu: this process's CPU time, which time spent waiting for a core "
+                        "does not inflate (a fair measure on a busy machine with --threads 1)")
     args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.clock == "cpu":
+        global CLOCK
+        CLOCK = time.process_time
+    print(f"{os.cpu_count()} cores; threads: NumPy BLAS {blas_threads()}, graphnn kernels "
+          f"{kernel_threads()}, torch {torch.get_num_threads()}; load average "
+          f"{os.getloadavg()[0]:.2f} (other processes slow multi-threaded BLAS down: compare "
+          f"quiet runs); clock {args.clock}")
     print(f"NumPy float32 GEMM peak here: {gemm_peak_gflops():.1f} GFLOP/s")
     for name in args.only.split(","):
         run(name, args.repeat, not args.no_torch_compile)
+    print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -286,3 +286,236 @@ def test_views_keep_their_buffer_alive():
     first = kernel([np.ones((4, 6), np.float32)], {}, buffers)
     kernel([np.zeros((4, 6), np.float32)], {}, buffers)
     np.testing.assert_array_equal(first[2], np.full((6, 4), 2, np.float32))  # copied out
+
+
+# ---- the specialised kernels on the shapes and values their fast paths depend on ----------------
+
+@pytest.fixture(params=["one part", "three parts"])
+def parts(request, monkeypatch):
+    """Kernels run serially, or with their work split into up to 3 parts of any size (as
+    large arrays are on a multi-core machine): results must not change."""
+    from graphnn.codegen import numpy_parallel
+    if request.param == "three parts":
+        monkeypatch.setattr(numpy_parallel, "THREADS", 3)
+        monkeypatch.setattr(numpy_parallel, "MIN_PART", 1)
+    else:
+        monkeypatch.setattr(numpy_parallel, "THREADS", 1)
+
+def _single(name, arrays, **attrs):
+    """A one-node graph of op ``name`` over inputs shaped like ``arrays``."""
+    from types import SimpleNamespace
+    return _one_node_graph(name, SimpleNamespace(inputs=arrays, attrs=attrs))
+
+
+def _randn(rng, dtype, *shape):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+CONV_GEOMETRIES = [  # (x shape, w shape, attrs)
+    ((3, 4, 9, 7), (6, 4, 3, 3), dict(padding=(1, 1))),
+    ((2, 3, 8, 11), (5, 3, 3, 2), dict(padding=(2, 0), dilation=(2, 1))),
+    ((1, 4, 6, 6), (4, 2, 3, 3), dict(padding=(1, 2), groups=2)),
+    ((2, 3, 5, 4), (2, 3, 1, 1), dict(padding=(1, 0))),  # padding > dilation*(k-1)
+    ((2, 2, 7, 8), (3, 2, 3, 2), dict(stride=(2, 1), padding=(1, 1))),
+    ((2, 4, 5, 5), (6, 4, 1, 1), {}),
+    ((2, 1, 6, 5), (12, 1, 3, 3), dict(padding=(1, 1))),  # many more outputs than inputs
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("xs, ws, attrs", CONV_GEOMETRIES, ids=str)
+@pytest.mark.usefixtures("parts")
+def test_convolutions_and_their_gradients_equal_interpreter(xs, ws, attrs, dtype):
+    rng = np.random.default_rng(0)
+    geo = {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1, **attrs}
+    x, w, b = _randn(rng, dtype, *xs), _randn(rng, dtype, *ws), _randn(rng, dtype, ws[0])
+    y = interpret(_single("conv2d", [x, w, b], **geo), x, w, b)
+    g = _randn(rng, dtype, *y.shape)
+    run_both(_single("conv2d", [x, w, b], **geo), [x, w, b])
+    run_both(_single("conv2d", [x, w], **geo), [x, w])
+    for activation in ("relu", "none"):
+        run_both(_single("conv2d_epilogue", [x, w, b, g], bias=True, residual=True,
+                         activation=activation, **geo), [x, w, b, g])
+    run_both(_single("conv2d_input_grad", [g, w], input_shape=xs, **geo), [g, w])
+    run_both(_single("conv2d_weight_grad", [x, g], weight_shape=ws, **geo), [x, g])
+
+
+@pytest.mark.usefixtures("parts")
+def test_convolution_gradients_with_non_finite_values_equal_interpreter():
+    """The stride-1 gradients add zeros where the reference adds nothing: exact zeros only
+    for finite factors, so infinities and NaNs must land where the interpreter puts them."""
+    rng = np.random.default_rng(1)
+    geo = dict(stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1)
+    x, w, g = (_randn(rng, np.float32, *s) for s in ((2, 3, 6, 5), (4, 3, 3, 3), (2, 4, 6, 5)))
+    x[0, 1, 0, 4], x[1, 2, 5, 0], w[1, 2, 0, 0], w[3, 0, 2, 1] = np.inf, np.nan, -np.inf, np.nan
+    for got in (run_both(_single("conv2d_input_grad", [g, w], input_shape=x.shape, **geo),
+                         [g, w]),
+                run_both(_single("conv2d_weight_grad", [x, g], weight_shape=w.shape, **geo),
+                         [x, g])):
+        assert np.isnan(got).any() and np.isfinite(got).any()
+
+
+POOL_GEOMETRIES = [  # (x shape, attrs): non-overlapping, overlapping, padded, dilated, ceil
+    ((2, 3, 8, 6), dict(kernel_size=(2, 2), stride=(2, 2))),
+    ((2, 2, 9, 7), dict(kernel_size=(3, 3), stride=(2, 2))),
+    ((1, 2, 7, 8), dict(kernel_size=(3, 2), stride=(1, 2), padding=(1, 1))),
+    ((1, 2, 9, 9), dict(kernel_size=(2, 3), stride=(2, 1), dilation=(2, 2))),
+    ((1, 1, 7, 6), dict(kernel_size=(3, 3), stride=(2, 2), padding=(1, 0), ceil_mode=True)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("xs, attrs", POOL_GEOMETRIES, ids=str)
+@pytest.mark.usefixtures("parts")
+def test_max_pool_indices_and_gradient_equal_interpreter(xs, attrs, dtype):
+    """Ties (first maximum wins), NaN (the first NaN wins), -inf; and the gradient's
+    scatter_add of the output gradient into the plane at those indices."""
+    rng = np.random.default_rng(2)
+    geo = {"padding": (0, 0), "dilation": (1, 1), "ceil_mode": False, **attrs}
+    x = np.round(_randn(rng, dtype, *xs))  # many ties
+    x.reshape(-1)[rng.choice(x.size, 3, replace=False)] = np.nan
+    x.reshape(-1)[rng.choice(x.size, 3, replace=False)] = -np.inf
+    values, index = run_both(_single("max_pool2d", [x], **geo), [x])
+    n, c, h, w = xs
+    plane = np.zeros((n, c, h * w), dtype)
+    g = _randn(rng, dtype, *values.shape).reshape(n, c, -1)
+    flat = index.reshape(n, c, -1)
+    run_both(_single("scatter_add", [plane, flat, g], dim=2), [plane, flat, g])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_scatter_add_with_repeats_and_negative_indices_equals_interpreter(dim, dtype):
+    rng = np.random.default_rng(3)
+    base = _randn(rng, dtype, 4, 5, 6)
+    size = base.shape[dim]
+    index = rng.integers(-size, size, (3, 5, 4))  # repeats: summed in the reference's order
+    src = _randn(rng, dtype, 3, 5, 4) * 1e3
+    run_both(_single("scatter_add", [base, index, src], dim=dim), [base, index, src])
+
+
+def test_scatter_add_out_of_bounds_raises_as_the_reference():
+    base, src = np.zeros((2, 3), np.float32), np.ones((2, 2), np.float32)
+    graph = _single("scatter_add", [base, np.zeros((2, 2), np.int64), src], dim=1)
+    kernel = load(generate(graph))
+    with pytest.raises(IndexError, match="out of bounds"):
+        kernel([base, np.array([[0, 3], [1, 1]]), src], {}, {})
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32, np.bool_])
+@pytest.mark.usefixtures("parts")
+def test_where_equals_interpreter_bit_for_bit(dtype):
+    """Random masks, broadcast operands, signed zeros and NaNs: the branch-free select keeps
+    every bit, including the fast form for a +0 first operand (ReLU's gradient)."""
+    rng = np.random.default_rng(4)
+    cond = rng.random((5, 1, 7)) < 0.5
+    a = (rng.standard_normal((5, 6, 7)) * 3).astype(dtype)
+    b = (rng.standard_normal((6, 7)) * 3).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        a.reshape(-1)[:4] = [np.nan, -0.0, np.inf, -np.inf]
+    for first in (a, np.zeros((), dtype), np.array(-0.0).astype(dtype), a[0, 0]):
+        graph = _single("where", [cond, first, b])
+        got = run_both(graph, [cond, first, b])
+        expected = interpret(graph, cond, first, b)
+        assert got.tobytes() == expected.tobytes()
+
+
+def _batch_sum_graph(batch, keepdim, transpose, adjacent=True):
+    """sum over the batch dims of a @ b (a weight gradient's shape), optionally reshaped and
+    transposed, as the graph's only output; ``adjacent=False`` puts a node in between."""
+    f32 = ir_samples.f32
+    g = Graph("batch_sum")
+    a = g.add_input("a", f32(*batch, 5, 7))
+    b = g.add_input("b", f32(*batch, 7, 3))
+    p = g.call("matmul", a, b)
+    other = None if adjacent else g.call("exp", a)
+    s = g.call("sum", p, dims=list(range(len(batch))), keepdim=keepdim)
+    if transpose:
+        s = g.call("permute", g.call("reshape", s, shape=(5, 3)), dims=(1, 0))
+    g.outputs = s if other is None else (s, other)
+    return verify(g)
+
+
+@pytest.mark.parametrize("batch", [(4,), (2, 3), (0,)])
+@pytest.mark.parametrize("keepdim", [True, False])
+@pytest.mark.parametrize("transpose", [True, False])
+def test_batched_products_summed_over_the_batch_are_one_gemm(batch, keepdim, transpose):
+    graph = _batch_sum_graph(batch, keepdim, transpose)
+    source = generate(graph)
+    assert "_rt.batch_summed_matmul(" in source and "summed over the batch" in source
+    assert ("transposed=True" in source) == transpose
+    rng = np.random.default_rng(5)
+    a, b = _randn(rng, np.float32, *batch, 5, 7), _randn(rng, np.float32, *batch, 7, 3)
+    out = run_both(graph, [a, b])
+    if transpose:  # handed out C-contiguous, without a copy
+        assert out.flags.c_contiguous and ".copy()" not in source.splitlines()[-1]
+
+
+def test_batched_products_with_a_node_in_between_are_not_folded():
+    graph = _batch_sum_graph((4,), True, False, adjacent=False)
+    assert "_rt.batch_summed_matmul(" not in generate(graph)
+    rng = np.random.default_rng(6)
+    run_both(graph, [_randn(rng, np.float32, 4, 5, 7), _randn(rng, np.float32, 4, 7, 3)])
+
+
+def test_weight_gradients_are_returned_contiguous_without_copies():
+    """A 2-D weight gradient computed as (B^T A^T)^T into a fresh array: its transpose, the
+    returned value, is C-contiguous, and the return statement copies nothing."""
+    graphnn.manual_seed(0)
+    model = graphnn.nn.Sequential(graphnn.nn.Linear(6, 5), graphnn.nn.ReLU(),
+                                  graphnn.nn.Linear(5, 3))
+    train = stages.training(graphnn.trace(model, graphnn.randn(4, 6)))
+    source = generate(train.backward)
+    returned = source.rstrip().splitlines()[-1]
+    assert returned.lstrip().startswith("return") and ".copy()" not in returned, returned
+    assert ".T).T" in source
+    kernel = load(source)
+    train_fwd = load(generate(train.forward))
+    params = _params(model, train.forward)
+    x = np.random.default_rng(10).standard_normal((4, 6)).astype(np.float32)
+    out, saved = train_fwd([x], params, {})
+    feeds = {v.name: a for v, a in zip(train.forward.outputs[1], saved)}
+    feeds.update({train.forward.inputs[0].name: x, "grad_output": np.ones_like(out)})
+    grads = kernel([feeds[v.name] for v in train.backward.inputs],
+                   _params(model, train.backward), {})
+    assert all(g.flags.c_contiguous for g in grads.values())
+
+
+@pytest.mark.usefixtures("parts")
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_softmax_split_over_rows_equals_interpreter(dim):
+    x = _randn(np.random.default_rng(8), np.float32, 5, 3, 7)
+    run_both(_single("softmax", [x], dim=dim), [x])
+
+
+def test_parallel_ranges_cover_the_work_once():
+    from graphnn.codegen import numpy_parallel as par
+    for length, elements in [(0, 0), (1, 10 ** 9), (7, 10 ** 9), (32, par.MIN_PART)]:
+        bounds = par.ranges(length, elements)
+        assert bounds[0][0] == 0 and bounds[-1][1] == length
+        assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+        assert len(bounds) <= max(1, min(par.THREADS, length))
+    seen = []
+    par.split(lambda lo, hi: seen.extend(range(lo, hi)), 10, 10 ** 9)
+    assert sorted(seen) == list(range(10))
+
+
+@pytest.mark.usefixtures("parts")
+@pytest.mark.parametrize("mask_kind", ["none", "bool", "float"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_split_over_the_batch_equals_interpreter(mask_kind, causal):
+    """Bool masks that hide whole rows (zeros, as the reference), float masks, grouped KV
+    heads, and masks broadcast over the batch."""
+    rng = np.random.default_rng(9)
+    q = _randn(rng, np.float32, 3, 4, 5, 8)
+    k, v = _randn(rng, np.float32, 3, 2, 6, 8), _randn(rng, np.float32, 3, 2, 6, 8)
+    arrays = [q, k, v]
+    if mask_kind == "bool":
+        mask = rng.random((3, 1, 5, 6)) < 0.6
+        mask[1, 0, 2] = False  # a row with every key hidden
+        arrays.append(mask)
+    elif mask_kind == "float":
+        arrays.append(_randn(rng, np.float32, 5, 6))
+    graph = _single("scaled_dot_product_attention", arrays, scale=0.3, causal=causal,
+                    has_mask=mask_kind != "none", dropout_p=0.0, seed=0, kv_groups=2)
+    run_both(graph, arrays)

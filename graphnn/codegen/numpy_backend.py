@@ -33,17 +33,16 @@ import numpy as np
 from graphnn.ir import Graph, OpGroup, get_op
 from graphnn.ir.dtypes import DType
 
-from .numpy_lowerings import Lowered, lowering_for
+from .numpy_lowerings import VIEW_OPS, Lowered, lowering_for
 
 def _version() -> str:
-    """``numpy-1+<hash of this backend's sources>``: a cache key part that changes whenever
-    the emitter, the lowering table or the support kernels change."""
+    """``numpy-2+<hash of this backend's sources>``: a cache key part that changes whenever
+    the emitter, the lowering table or the support kernels (every ``numpy_*.py`` here) change."""
     from pathlib import Path
-    here = Path(__file__).parent
     digest = hashlib.sha1()
-    for name in ("numpy_backend.py", "numpy_lowerings.py", "numpy_support.py"):
-        digest.update((here / name).read_bytes())
-    return f"numpy-1+{digest.hexdigest()[:10]}"
+    for path in sorted(Path(__file__).parent.glob("numpy_*.py")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return f"numpy-2+{digest.hexdigest()[:10]}"
 
 
 BACKEND_VERSION = _version()
@@ -160,12 +159,13 @@ class _Context:
         sep = ", " if args else ""
         return f"{fn}({call_args}{sep}_out={self.out_types(node)}{attrs})"
 
-    def out_arg(self, node, inplace: bool = False) -> str:
-        """``, out=bK`` naming a scratch buffer for the node's single result, or ``""`` when the
-        result must be a fresh array (a graph output). ``inplace``: the lowering is elementwise
-        over the result's shape, so a dying input of the same type may be overwritten."""
-        buf = self.memory.assign(self.node_index, node.outputs[0], inplace)
-        return f", out={buf}" if buf else ""
+    def out_arg(self, node, inplace: bool = False, result: int = 0, name: str = "out") -> str:
+        """``, out=bK`` naming a scratch buffer for the node's result number ``result``, or
+        ``""`` when it must be a fresh array (a graph output). ``inplace``: the lowering is
+        elementwise over the result's shape, so a dying input of the same type may be
+        overwritten. ``name``: the keyword to pass it as."""
+        buf = self.memory.assign(self.node_index, node.outputs[result], inplace)
+        return f", {name}={buf}" if buf else ""
 
     def used(self, value) -> bool:
         return self.memory.used(value)
@@ -177,6 +177,23 @@ class _Context:
     def is_buffer_view(self, value) -> bool:
         return bool(self.memory.alias.get(value.name))
 
+    def name(self, value) -> str:
+        """The identifier of an IR value already defined in the kernel."""
+        return self.names.of[value.name]
+
+    def position(self, node) -> int:
+        """``node``'s index in the schedule."""
+        return self.memory.position[id(node)]
+
+    def readers(self, value) -> list:
+        """The nodes that read ``value``."""
+        return self.memory.readers.get(value.name, [])
+
+    def returned_fresh(self, value) -> bool:
+        """``value`` gets a fresh array (no scratch buffer) because it reaches the graph's
+        outputs, only through views, as their only use: it is returned without a copy."""
+        return value.name in self.memory.fresh
+
 
 class _Memory:
     """Scratch buffers reused across nodes (liveness over the node order) and across calls.
@@ -184,30 +201,53 @@ class _Memory:
     A value written through ``out=`` occupies a buffer; values that may view it (results of
     view lowerings and of reference calls, which may return views of their operands) keep it
     alive. A buffer is free again after the last read of every value that may view it; graph
-    outputs never live in a buffer, and an output that may view one is copied on return."""
+    outputs never live in a buffer, and an output that may view one is copied on return. A
+    value whose only use is a chain of views ending in one graph output (a weight gradient
+    transposed back) gets a fresh array instead, and that output is returned without a copy
+    when it is C-contiguous (the lowering may compute the base transposed to make it so)."""
 
     def __init__(self, graph):
         self.last = {}
+        self.readers: dict[str, list] = {}
+        self.position = {id(node): i for i, node in enumerate(graph.nodes)}
         for i, node in enumerate(graph.nodes):
             for v in node.inputs:
                 self.last[v.name] = i
+                self.readers.setdefault(v.name, []).append(node)
             for v in node.outputs:
                 self.last.setdefault(v.name, i)
-        self.outputs = {v.name for v in graph.output_values()}
+        leaves = [v.name for v in graph.output_values()]
+        self.outputs = set(leaves)
         for name in self.outputs:
             self.last[name] = len(graph.nodes)
-        self.read = {v.name for n in graph.nodes for v in n.inputs} | self.outputs
+        self.read = set(self.readers) | self.outputs
+        self.fresh, self.fresh_views = set(), set()  # fresh bases; outputs viewing them
+        for v in graph.output_values():
+            bases = [base.name for base in self._viewed_by(v)] if leaves.count(v.name) == 1 \
+                else []
+            self.fresh.update(bases)
+            if bases:
+                self.fresh_views.add(v.name)
         self.specs: list[tuple] = []  # buffer index -> (shape, numpy dtype name)
         self.free: dict[tuple, list[int]] = {}
         self.alias: dict[str, set] = {}  # value name -> buffers it may view
         self.holders: dict[int, set] = {}  # buffer -> values that may view it
         self.direct: dict[str, int] = {}  # value name -> the buffer it was written into
 
+    def _viewed_by(self, value):
+        """The values that ``value`` views through a chain of view ops, each read only by
+        the next."""
+        while value.producer is not None and value.producer.op in VIEW_OPS:
+            value = value.producer.inputs[0]
+            if value.name in self.outputs or len(self.readers.get(value.name, ())) != 1:
+                return
+            yield value
+
     def used(self, value) -> bool:
         return value.name in self.read
 
     def assign(self, step, value, inplace):
-        if value.name in self.outputs:
+        if value.name in self.outputs or value.name in self.fresh:
             return None
         spec = (tuple(value.type.shape), value.type.dtype.np.name)
         chosen = None
@@ -300,6 +340,7 @@ def generate(graph: Graph, plan=None) -> str:
                       f"{literal(tuple(data.shape))})  # const %{v.name}: {v.type}")
     scratch_at = len(body)
     hoisted = _constant_nodes(graph)
+    folded = None  # (index, node) whose result the next statement computes
     for index, node in enumerate(graph.nodes):
         ctx.node_index = index
         args = [names.of[v.name] for v in node.inputs]
@@ -319,8 +360,15 @@ def generate(graph: Graph, plan=None) -> str:
         header = _group_header(graph, node, index)
         if header:
             body.append(header)
+        if lowered.folded:  # its operands stay alive until the next statement has run
+            body.append(f"# {target} = {lowered.expr}{_comment(node)}")
+            folded = (index, node)
+            continue
         body.append(f"{target} = {lowered.expr}{_comment(node)}")
         ctx.memory.after(index, node, lowered.views)
+        if folded:
+            ctx.memory.after(*folded, False)
+            folded = None
     memory = ctx.memory
     if memory.specs:
         specs = ", ".join(f"({literal(shape)}, {dt!r})" for shape, dt in memory.specs)
@@ -336,6 +384,8 @@ def generate(graph: Graph, plan=None) -> str:
         ident = names.of[v.name]
         if v.kind == "const" or memory.alias.get(v.name) or id(v.producer) in hoisted:
             return ident + ".copy()"  # never hand out memory a later call overwrites
+        if v.name in memory.fresh_views:  # C-contiguous as a copy would be (no-op if it is)
+            return f"_rt.contiguous({ident})"
         return ident
     body.append(f"return {_structure(graph.outputs, leaf)}")
     lines = [f'"""graphnn NumPy kernel for graph {graph.name} '

@@ -2,21 +2,25 @@
 
 ``LOWERINGS`` maps an op name to ``lower(node, args, ctx) -> str | Lowered | None``: a Python
 expression computing the node's results from the argument expressions ``args`` (a ``Lowered``
-also says whether the results may view the operands, or assigns only some results), or None
-when this node's types need the generic path. The generic path calls the registry's reference
-implementation bound into the generated module (``ctx.reference``), so every registry op has a
-lowering (``lowering_for``). ``ctx.out_arg(node)`` gives ``, out=bK`` (a scratch buffer reused
-across nodes and calls) or ``""`` where the result must be a fresh array.
+also says whether the results may view the operands, assigns only some results, or is folded
+into the next node's statement), or None when this node's types need the generic path. The
+generic path calls the registry's reference implementation bound into the generated module
+(``ctx.reference``), so every registry op has a lowering (``lowering_for``).
+``ctx.out_arg(node)`` gives ``, out=bK`` (a scratch buffer reused across nodes and calls) or
+``""`` where the result must be a fresh array.
 
-Exactness. Elementwise lowerings (ufuncs with ``out=``), reductions with ``out=``, softmax,
-max pooling and attention run the same NumPy operations in the same order as the reference
-implementations: equal to the interpreter bit for bit. They are emitted only where that holds:
-every data operand has the compute dtype, results are not 0-d, and float16 is computed in
-float32 (``dtype=np.float32``) and rounded once, as the reference does. GEMM-based lowerings
-(``matmul`` and ``matmul_epilogue`` with the leading dims of a 3-D+ operand folded into one
-GEMM; ``conv2d``/``conv2d_epilogue`` as im2col + a batched GEMM with the bias folded in;
-``conv2d_weight_grad``/``conv2d_input_grad`` as batched GEMMs with im2col/col2im) sum in another
-order: equal to the interpreter within 1e-5 relative (float32), listed in ``GEMM_OPS``.
+Exactness. Elementwise lowerings (ufuncs with ``out=``; ``where`` as a branch-free bit select),
+reductions with ``out=``, softmax, max pooling, ``scatter_add`` (``np.add.at`` on flat
+positions), ``slice_scatter`` and attention compute the same values in the same order as the
+reference implementations: equal to the interpreter bit for bit. They are emitted only where
+that holds: every data operand has the compute dtype, results are not 0-d, and float16 is
+computed in float32 (``dtype=np.float32``) and rounded once, as the reference does. GEMM-based
+lowerings (``matmul`` and ``matmul_epilogue`` with the leading dims of a 3-D+ operand folded
+into one GEMM, a batched ``matmul`` summed over its batch by the next node as one GEMM over the
+batch; ``conv2d``/``conv2d_epilogue`` as im2col + GEMMs with the bias folded in;
+``conv2d_weight_grad``/``conv2d_input_grad`` as GEMMs with im2col/col2im or a transposed
+convolution) sum in another order: equal to the interpreter within 1e-5 relative (float32),
+listed in ``GEMM_OPS``.
 """
 from __future__ import annotations
 
@@ -32,11 +36,13 @@ from graphnn.ir.ops.shape_rules import normalize_dims
 @dataclass
 class Lowered:
     """A lowering's result: ``expr``; ``views``: the results may view the operands' memory;
-    ``targets``: the result values assigned (None: all of them, in order)."""
+    ``targets``: the result values assigned (None: all of them, in order); ``folded``: the
+    next node's statement computes this node's work, ``expr`` only describes it (a comment)."""
 
     expr: str
     views: bool = False
     targets: list | None = None
+    folded: bool = False
 
 
 # op -> NumPy ufunc spelling; each is exactly the function the reference implementation applies
@@ -51,6 +57,7 @@ UFUNCS = {
     "logical_not": "np.logical_not",
 }
 COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge"}
+VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice"})  # lowered as NumPy views
 LOGICAL = {"logical_and", "logical_or", "logical_xor", "logical_not"}
 FLOAT_GEMM = ("float32", "float64")  # dtypes the GEMM/conv/attention templates take
 
@@ -121,7 +128,7 @@ def _where(node, args, ctx):
     compute = ufunc_compute(node, data_from=1)
     if compute != "":
         return None
-    return f"np.where({', '.join(args)})"
+    return f"_rt.where({', '.join(args)}{ctx.out_arg(node)})"
 
 
 def _cast(node, args, ctx):
@@ -140,7 +147,8 @@ def _expand(node, args, ctx):
     return Lowered(f"np.broadcast_to({args[0]}, {tuple(node.attrs['shape'])!r})", views=True)
 
 
-def _slice(node, args, ctx):
+def _slice_key(node) -> str:
+    """``a:b:c, ...``: the index expression of a slice node's attributes."""
     parts = []
     for size, a, b, c in zip(node.inputs[0].type.shape, node.attrs["starts"],
                              node.attrs["stops"], node.attrs["steps"]):
@@ -148,7 +156,18 @@ def _slice(node, args, ctx):
         text += ":" + ("" if b == size else str(b))
         text += "" if c == 1 else f":{c}"
         parts.append(text)
-    return Lowered(f"{args[0]}[{', '.join(parts) or '...'}]", views=True)
+    return ", ".join(parts) or "..."
+
+
+def _slice(node, args, ctx):
+    return Lowered(f"{args[0]}[{_slice_key(node)}]", views=True)
+
+
+def _slice_scatter(node, args, ctx):
+    if not _nonscalar(node):
+        return None
+    return f"_rt.slice_scatter({args[0]}, {args[1]}, np.s_[{_slice_key(node)}]" \
+           f"{ctx.out_arg(node, inplace=True)})"
 
 
 # ---- reductions and normalisation ----------------------------------------------------------------
@@ -192,10 +211,59 @@ def _gemm_ok(node) -> bool:
     return _nonscalar(node) and all(_dtype_name(v) in FLOAT_GEMM for v in node.inputs)
 
 
+def _read_transposed(node, ctx) -> bool:
+    """The result, (M, N) or (1.., M, N), is returned fresh and read only by its transpose
+    (after a reshape to (M, N)): computing it as ``(B^T A^T)^T`` hands out that transpose
+    C-contiguous (a weight gradient)."""
+    value = node.outputs[0]
+    if not ctx.returned_fresh(value):
+        return False
+    readers = ctx.readers(value)
+    if len(readers) == 1 and readers[0].op == "reshape" and \
+            tuple(readers[0].outputs[0].type.shape) == tuple(value.type.shape[-2:]):
+        readers = ctx.readers(readers[0].outputs[0])
+    return len(readers) == 1 and readers[0].op == "permute" and \
+        tuple(readers[0].attrs["dims"]) == (1, 0)
+
+
+def _batch_sum(matmul, ctx):
+    """The node summing ``matmul``'s batched products over all batch dims, when it is the
+    next node and the products' only reader (one GEMM with the batch folded into the
+    contraction then computes both), else None."""
+    if matmul.op != "matmul" or not _gemm_ok(matmul):
+        return None
+    a, b = (v.type for v in matmul.inputs)
+    readers = ctx.readers(matmul.outputs[0])
+    if a.ndim < 3 or a.shape[:-2] != b.shape[:-2] or len(readers) != 1 or \
+            ctx.position(readers[0]) != ctx.position(matmul) + 1:
+        return None
+    total = readers[0]
+    if total.op != "sum" or not _float_in(total):
+        return None
+    dims = normalize_dims("sum", total.attrs["dims"], a.ndim)
+    return total if sorted(dims) == list(range(a.ndim - 2)) else None
+
+
 def _matmul(node, args, ctx):
     if not _gemm_ok(node):
         return None
+    if _batch_sum(node, ctx):
+        return Lowered(f"{args[0]} @ {args[1]}, summed over the batch by the next statement",
+                       folded=True)
+    if all(v.type.ndim == 2 for v in node.inputs) and _read_transposed(node, ctx):
+        return f"np.matmul({args[1]}.T, {args[0]}.T).T"
     return f"_rt.matmul_epilogue({', '.join(args)}{ctx.out_arg(node)})"
+
+
+def _sum(node, args, ctx):
+    producer = node.inputs[0].producer
+    if producer is None or _batch_sum(producer, ctx) is not node:
+        return _reduce("np.sum")(node, args, ctx)
+    a, b = (ctx.name(v) for v in producer.inputs)
+    keepdim = node.attrs["keepdim"]
+    if _read_transposed(node, ctx):
+        return f"_rt.batch_summed_matmul({a}, {b}, {keepdim}, transposed=True)"
+    return f"_rt.batch_summed_matmul({a}, {b}, {keepdim}{ctx.out_arg(node)})"
 
 
 def _split(node, args):
@@ -255,9 +323,20 @@ def _max_pool2d(node, args, ctx):
     geo = ", ".join(f"{k}={node.attrs[k]!r}" for k in
                     ("kernel_size", "stride", "padding", "dilation", "ceil_mode"))
     values, indices = node.outputs
+    scratch = f", buffers=buffers, key={ctx.scratch_key(node)!r}"
     if ctx.used(indices):
-        return f"_rt.max_pool2d({args[0]}, {geo})"
-    return Lowered(f"_rt.max_pool2d({args[0]}, {geo}, indices=False)", targets=[values])
+        return f"_rt.max_pool2d({args[0]}, {geo}{ctx.out_arg(node)}" \
+               f"{ctx.out_arg(node, result=1, name='out_index')}{scratch})"
+    return Lowered(f"_rt.max_pool2d({args[0]}, {geo}, indices=False{ctx.out_arg(node)}"
+                   f"{scratch})", targets=[values])
+
+
+def _scatter_add(node, args, ctx):
+    base, _, src = (v.type for v in node.inputs)
+    if not base.shape or base.dtype != src.dtype:
+        return None
+    return f"_rt.scatter_add({', '.join(args)}, {node.attrs['dim']}{ctx.out_arg(node)}, " \
+           f"buffers=buffers, key={ctx.scratch_key(node)!r})"
 
 
 def _attention(node, args, ctx):
@@ -275,12 +354,14 @@ LOWERINGS = {name: _ufunc for name in UFUNCS}
 LOWERINGS.update({
     "relu": _relu, "rsqrt": _rsqrt, "where": _where, "cast": _cast,
     "reshape": _reshape, "permute": _permute, "expand": _expand, "slice": _slice,
-    "sum": _reduce("np.sum"), "amax": _reduce("np.amax"), "amin": _reduce("np.amin"),
+    "slice_scatter": _slice_scatter,
+    "sum": _sum, "amax": _reduce("np.amax"), "amin": _reduce("np.amin"),
     "mean": _mean, "softmax": _softmax,
     "matmul": _matmul, "matmul_epilogue": _matmul_epilogue,
     "conv2d": _conv2d, "conv2d_epilogue": _conv2d_epilogue,
     "conv2d_input_grad": _conv_grad("input"), "conv2d_weight_grad": _conv_grad("weight"),
-    "max_pool2d": _max_pool2d, "scaled_dot_product_attention": _attention,
+    "max_pool2d": _max_pool2d, "scatter_add": _scatter_add,
+    "scaled_dot_product_attention": _attention,
 })
 
 
@@ -303,5 +384,5 @@ def specialised_ops() -> list[str]:
 GEMM_OPS = frozenset({"matmul", "matmul_epilogue", "conv2d", "conv2d_epilogue",
                       "conv2d_input_grad", "conv2d_weight_grad"})
 
-__all__ = ["LOWERINGS", "Lowered", "UFUNCS", "GEMM_OPS", "lowering_for", "specialised_ops",
-           "generic"]
+__all__ = ["LOWERINGS", "Lowered", "UFUNCS", "VIEW_OPS", "GEMM_OPS", "lowering_for",
+           "specialised_ops", "generic"]

@@ -1,0 +1,118 @@
+"""Per-statement time inside the generated NumPy kernels of the ``compiled.py`` workloads.
+
+For each workload it traces the model, builds the inference graph and the training
+forward/backward graphs (``graphnn.stages``), generates their kernels, and times every
+statement of each kernel body (median over calls). Prints, per kernel, the total and the
+statements that take the most time, with their op and Module path.
+
+Usage: python benchmarks/profile_kernels.py [--repeat N] [--only mlp,cnn,transformer] [--top K]
+                                            [--clock wall|cpu]
+
+``--clock cpu`` times with the process's CPU time, which waiting for a core does not
+inflate (stable on a busy machine; meaningful with one BLAS thread, OPENBLAS_NUM_THREADS=1).
+"""
+import argparse
+import os
+import re
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from compiled import WORKLOADS  # noqa: E402
+
+import graphnn  # noqa: E402
+from graphnn import stages  # noqa: E402
+from graphnn.codegen.numpy_backend import generate, load  # noqa: E402
+
+_STATEMENT = re.compile(r"^ {8}(?!if |return |_scratch|with |#)\S")
+
+
+def instrument(source: str):
+    """``source`` with a clock reading after each top-level statement of the kernel body.
+    Returns (instrumented source, the statement lines in order)."""
+    lines, statements, out = source.splitlines(), [], []
+    body = False
+    for line in lines:
+        out.append(line)
+        if line.startswith("def kernel("):
+            body = True
+            continue
+        if body and line.strip() == "with np.errstate(all='ignore'):":
+            out.append("        _T.append(_clock())")
+        elif body and line.startswith("        return "):  # time the result copies too
+            out[-1] = "        _result = " + line[len("        return "):]
+            out += ["        _T.append(_clock())", "        return _result"]
+            statements.append(line.strip())
+        elif body and _STATEMENT.match(line):
+            out.append("        _T.append(_clock())")
+            statements.append(line.strip())
+    return "\n".join(out) + "\n", statements
+
+
+CLOCK = time.perf_counter  # --clock cpu: time.process_time
+
+
+def profile(graph, inputs, params, repeat):
+    """[(median seconds, statement)] for one kernel of ``graph`` and its outputs."""
+    source, statements = instrument(generate(graph))
+    kernel = load(source)
+    stamps = []
+    kernel.__globals__["_clock"] = CLOCK
+    kernel.__globals__["_T"] = stamps
+    buffers, samples = {}, []
+    for _ in range(repeat + 1):
+        stamps.clear()
+        result = kernel(list(inputs), params, buffers)
+        samples.append(np.diff(stamps))
+    per = [statistics.median(s[i] for s in samples[1:]) for i in range(len(statements))]
+    return list(zip(per, statements)), result
+
+
+def report(title, timed, top):
+    total = sum(t for t, _ in timed)
+    print(f"\n  {title}: {total * 1e3:.2f} ms in {len(timed)} statements")
+    for t, line in sorted(timed, key=lambda p: -p[0])[:top]:
+        print(f"    {t * 1e3:8.3f} ms {100 * t / total:5.1f}%  {line[:150]}")
+
+
+def run(name, repeat, top):
+    make, shape, kind = WORKLOADS[name]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(np.float32)
+    model = make(graphnn)
+    params = {k: v.numpy() for k, v in model.state_dict().items()}
+    graph = graphnn.trace(model, graphnn.tensor(x))
+    print(f"\n{name}: input {list(shape)}")
+    timed, _ = profile(stages.optimized(graph).graph, [x], params, repeat)
+    report("inference", timed, top)
+    train = stages.training(graph)
+    timed, (outputs, saved) = profile(train.forward, [x], params, repeat)
+    report("training forward", timed, top)
+    feed = {v.name: a for v, a in zip(train.forward.outputs[1], saved)}
+    feed.update({v.name: a for v, a in zip(train.forward.inputs, [x])})
+    out = outputs[0] if isinstance(outputs, (tuple, list)) else outputs
+    feed["grad_output"] = np.ones_like(out)
+    inputs = [feed[v.name] for v in train.backward.inputs]
+    timed, _ = profile(train.backward, inputs, params, repeat)
+    report("training backward", timed, top)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--only", default="mlp,cnn,transformer")
+    p.add_argument("--top", type=int, default=8)
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    args = p.parse_args()
+    if args.clock == "cpu":
+        global CLOCK
+        CLOCK = time.process_time
+    for name in args.only.split(","):
+        run(name, args.repeat, args.top)
+
+
+if __name__ == "__main__":
+    main()
