@@ -1,4 +1,6 @@
-"""Compiled models equal eager ones: forward values, gradients and the training loop."""
+"""Compiled models equal eager ones: forward values, gradients, the training loop and whole
+compiled training steps."""
+import copy
 import warnings
 
 import numpy as np
@@ -49,12 +51,16 @@ def test_model_zoo_compiled_equals_eager(name, make, inputs, mode):
                                                atol=2e-5, err_msg=f"{name}: {pname}")
 
 
-def test_zoo_models_without_state_writes_really_compile():
-    """The eval-mode zoo compiles without falling back (the train-mode CNN falls back: batch
-    norm statistics and dropout)."""
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_zoo_models_really_compile(mode):
+    """The zoo compiles without falling back, in training mode too (batch norm's statistics
+    are written back; dropout is off here, its masks are drawn per call)."""
     for name, make, inputs in CASES:
         graphnn.manual_seed(0)
-        model = make().eval()
+        model = make().train(mode == "train")
+        for m in model.modules():
+            if isinstance(m, nn.Dropout):
+                m.p = 0.0
         model.compile()
         with warnings.catch_warnings():
             warnings.simplefilter("error", CompileWarning)
@@ -62,6 +68,46 @@ def test_zoo_models_without_state_writes_really_compile():
                 model(*inputs)
             _loss(model(*inputs)).backward()
         assert model.forward.compiles >= 1, name
+
+
+@pytest.mark.parametrize("name, make, inputs", CASES, ids=[c[0] for c in CASES])
+def test_model_zoo_whole_step_equals_eager_steps(name, make, inputs):
+    """graphnn.compile(train_step) over forward, loss, backward and SGD with momentum: three
+    steps equal three eager steps (parameters, gradients, buffers)."""
+    graphnn.manual_seed(0)
+    models = [make().train(), None]
+    for m in models[0].modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+    models[1] = copy.deepcopy(models[0])
+    steps = []
+    for model in models:
+        opt = graphnn.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+        def train_step(*xs, model=model, opt=opt):
+            opt.zero_grad()
+            loss = _loss(model(*xs))
+            loss.backward()
+            opt.step()
+            return loss
+        steps.append(train_step)
+    compiled_step, eager_step = graphnn.compile(steps[0]), steps[1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        for _ in range(3):
+            np.testing.assert_allclose(compiled_step(*inputs).numpy(),
+                                       eager_step(*inputs).detach().numpy(), rtol=1e-5,
+                                       atol=1e-6)
+    assert compiled_step.compiles == 2  # the first step created gradients and momentum
+    ours, theirs = models[0].state_dict(), models[1].state_dict()
+    for key in theirs:
+        np.testing.assert_allclose(ours[key].numpy(), theirs[key].numpy(), rtol=2e-4,
+                                   atol=2e-5, err_msg=f"{name}: {key}")
+    for (pname, p), q in zip(models[0].named_parameters(), models[1].parameters()):
+        assert (p.grad is None) == (q.grad is None), pname
+        if p.grad is not None:
+            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=2e-4, atol=2e-5,
+                                       err_msg=f"{name}: {pname}.grad")
 
 
 class MLP(nn.Module):
