@@ -1,6 +1,9 @@
-"""The issue's workloads in one process: graphnn eager, graphnn compiled (numpy backend),
-PyTorch eager and (when it works here) torch.compile. Prints median milliseconds, the ratio to
-PyTorch eager (lower is better) and compile time (first call minus a steady call).
+"""The issue's workloads in one process: graphnn eager, graphnn compiled (``model.compile()``,
+NumPy backend: the step's loss and SGD update run eagerly around compiled forward/backward
+kernels), graphnn whole step (``graphnn.compile(train_step)``: forward, backward and SGD in one
+kernel), PyTorch eager and (when it works here) torch.compile. Prints median milliseconds, the
+ratio to PyTorch eager (lower is better), the GEMM work done per second, and compile time
+(the first calls minus steady calls).
 
 Usage: python benchmarks/compiled.py [--repeat N] [--only mlp,cnn,transformer] [--no-torch-compile]
                                      [--threads N] [--clock wall|cpu]
@@ -79,7 +82,8 @@ def _median_ms(fn, repeat):
     return statistics.median(times) * 1e3
 
 
-def _runners(lib, model, x, target, kind):
+def _runners(lib, model, x, target, kind, whole_step=False):
+    """(forward, train step) closures; ``whole_step``: the step through graphnn.compile."""
     crit = (lib.nn.CrossEntropyLoss() if kind == "classes" else lib.nn.MSELoss())
     opt = (optim if lib is graphnn else torch.optim).SGD(model.parameters(), lr=1e-3)
     no_grad = graphnn.no_grad if lib is graphnn else torch.no_grad
@@ -88,13 +92,32 @@ def _runners(lib, model, x, target, kind):
         with no_grad():
             model(x)
 
-    def step():
+    def train_step(x, target):
         opt.zero_grad()
-        out = model(x)
-        loss = crit(out if kind == "classes" else out, target)
+        loss = crit(model(x), target)
         loss.backward()
         opt.step()
-    return forward, step
+        return loss
+
+    compiled = graphnn.compile(train_step) if whole_step else train_step
+    return forward, lambda: compiled(x, target)
+
+
+def forward_gflop(model, x) -> float:
+    """GEMM work of one forward (matmul and convolution multiply-adds, counted on the traced
+    graph, 2 FLOPs each); a training step does about three times as much."""
+    flops = 0
+    for node in graphnn.trace(model, x).nodes:
+        out = node.outputs[0].type.shape
+        if node.op == "matmul":
+            flops += 2 * int(np.prod(out)) * node.inputs[0].type.shape[-1]
+        elif node.op == "conv2d":
+            c, kh, kw = node.inputs[1].type.shape[1:]
+            flops += 2 * int(np.prod(out)) * c * kh * kw
+    return flops / 1e9
+
+
+VARIANTS = ("graphnn eager", "graphnn compiled", "graphnn whole step")
 
 
 def run(name, repeat, try_torch_compile):
@@ -105,19 +128,21 @@ def run(name, repeat, try_torch_compile):
         rng.standard_normal(shape).astype(np.float32)
     tmodel = make(torch)
     variants = {}
-    for label in ("graphnn eager", "graphnn compiled"):
+    for label in VARIANTS:
         model = make(graphnn)
         _copy_weights(model, tmodel)
-        if label == "graphnn compiled":
+        if label != "graphnn eager":
             model.compile()
         variants[label] = (graphnn, model, graphnn.tensor(xa), graphnn.tensor(ta))
+    gflop = forward_gflop(variants["graphnn eager"][1].eval(), variants["graphnn eager"][2])
+    variants["graphnn eager"][1].train()
     variants["torch eager"] = (torch, tmodel, torch.tensor(xa), torch.tensor(ta))
     if try_torch_compile:
         variants["torch.compile"] = (torch, torch.compile(make(torch)), torch.tensor(xa),
                                      torch.tensor(ta))
     rows = {}
     for label, (lib, model, x, t) in variants.items():
-        forward, step = _runners(lib, model, x, t, kind)
+        forward, step = _runners(lib, model, x, t, kind, whole_step=label == "graphnn whole step")
         time.sleep(0.3)  # a safeguard: idle worker threads of the last variant go to sleep
         try:
             start = CLOCK()
@@ -125,20 +150,23 @@ def run(name, repeat, try_torch_compile):
             first_fwd = CLOCK() - start
             start = CLOCK()
             step()
-            first_step = CLOCK() - start
+            step()  # a whole step compiles twice: the first call creates the gradients
+            first_steps = CLOCK() - start
             fwd_ms = _median_ms(forward, repeat)
             step_ms = _median_ms(step, repeat)
         except Exception as e:  # torch.compile may not work on this machine
             print(f"  {label}: failed ({type(e).__name__}: {str(e)[:80]})")
             continue
-        compile_s = max(first_fwd - fwd_ms / 1e3, 0) + max(first_step - step_ms / 1e3, 0)
+        compile_s = max(first_fwd - fwd_ms / 1e3, 0) + max(first_steps - 2 * step_ms / 1e3, 0)
         rows[label] = (fwd_ms, step_ms, compile_s)
     base_f, base_s, _ = rows["torch eager"]
-    print(f"\n{name}: input {list(shape)}")
-    print(f"  {'variant':18s} {'fwd ms':>9s} {'ratio':>6s} {'step ms':>9s} {'ratio':>6s} "
-          f"{'compile s':>10s}")
+    print(f"\n{name}: input {list(shape)}, forward {gflop:.3f} GFLOP (GEMM work; a step "
+          f"about 3x)")
+    print(f"  {'variant':18s} {'fwd ms':>9s} {'ratio':>6s} {'GFLOP/s':>8s} {'step ms':>9s} "
+          f"{'ratio':>6s} {'GFLOP/s':>8s} {'compile s':>10s}")
     for label, (f, s, c) in rows.items():
-        print(f"  {label:18s} {f:9.2f} {f / base_f:6.2f} {s:9.2f} {s / base_s:6.2f} {c:10.2f}")
+        print(f"  {label:18s} {f:9.2f} {f / base_f:6.2f} {gflop / f * 1e3:8.1f} {s:9.2f} "
+              f"{s / base_s:6.2f} {3 * gflop / s * 1e3:8.1f} {c:10.2f}")
 
 
 def gemm_peak_gflops():

@@ -9,7 +9,7 @@ import sys
 import traceback
 
 from . import GraphnnError, stages
-from .compiled_step import step_graph
+from .compiled_step import plan_with_updates, step_graph
 from .codegen import numpy_backend
 from .cli_target import UsageError, add_target_arguments, fail, prepare_target, traced_target
 from .ir import Graph
@@ -89,7 +89,7 @@ def _step_text(graph: Graph, step, args) -> str:
     if stage == "kernels":
         if args.format != "text":
             raise UsageError("--stage kernels prints Python source: it takes no --format")
-        return numpy_backend.generate(graph)
+        return numpy_backend.generate(graph, plan_with_updates(graph, "step"))
     return FORMATS[args.format](graph)
 
 

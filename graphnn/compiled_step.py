@@ -17,14 +17,18 @@ like an eager step whose loss was computed before ``backward``.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .frontend.tensor import Tensor
 from .frontend.tracer import trace_with_state
+from .passes.memory_plan import plan_memory
 from .passes.pipeline import run_pipeline
 from .passes.step_autodiff import differentiate_step
+
+log = logging.getLogger("graphnn")
 
 
 @dataclass
@@ -65,11 +69,13 @@ def trace_function(fn, args, kwargs, step_state, name=None):
 
 
 def write_back(updates: dict, state: dict) -> None:
-    """Write each updated state array into its tensor (``state``: name -> tensor) in place,
-    moving the tensor's version as an eager in-place write does."""
+    """Write each updated state array into its tensor (``state``: name -> tensor) in place
+    (the kernel may have written it there already), moving the tensor's version as an eager
+    in-place write does."""
     for name, array in updates.items():
         target = state[name]
-        np.copyto(target._data, array)
+        if array is not target._data:
+            np.copyto(target._data, array)
         target._version_counter.value += 1
 
 
@@ -120,3 +126,23 @@ def step_graph(graph, backward, passes=None, disable=None):
     if backward is not None:
         graph = differentiate_step(graph, backward.loss, backward.grads, optimize)
     return optimize(graph)
+
+
+def _state_updates(graph, stage) -> dict:
+    """{output value name: state name} of the state a stage's graph writes: the ``updates``
+    dict of ``(result, updates[, rebound])`` outputs (a training forward nests them first)."""
+    outputs = graph.outputs[0] if stage == "forward" else graph.outputs
+    if stage == "backward" or not isinstance(outputs, tuple) or len(outputs) < 2:
+        return {}
+    return {v.name: name for name, v in outputs[1].items()}
+
+
+def plan_with_updates(graph, stage):
+    """The memory plan of a compiled stage's graph (``inference``, ``forward``, ``backward``
+    or ``step``), asking for its state updates to be written in place; None if planning
+    fails (the plan is an optimisation: kernels run without it)."""
+    try:
+        return plan_memory(graph, inplace_updates=_state_updates(graph, stage))
+    except Exception as e:  # noqa: BLE001
+        log.info("graphnn: no memory plan for %s (%s)", graph.name, e)
+        return None

@@ -54,7 +54,6 @@ from .ir.registry import get_op
 from .ir.verifier import verify
 from .nn import hooks as H
 from .passes.autodiff import autodiff
-from .passes.memory_plan import plan_memory
 from .passes.partition import partition
 from .passes.pipeline import run_pipeline
 from .runtime.artifact import CompiledArtifact
@@ -363,14 +362,6 @@ def _vjp_training_graphs(graph, wrt, passes, disable):
     return fwd, bwd, positions
 
 
-def _plan(graph):
-    try:
-        return plan_memory(graph)
-    except Exception as e:  # noqa: BLE001  # the plan is an optimisation: kernels run without it
-        log.info("graphnn: no memory plan for %s (%s)", graph.name, e)
-        return None
-
-
 # ---- the compiled callable ----------------------------------------------------------------------
 
 class CompiledFunction:
@@ -508,8 +499,10 @@ class CompiledFunction:
         return entry
 
     def _artifact(self, graph, stage):
-        return CompiledArtifact(graph, self._backend, plan=_plan(graph),
-                                options=f"{self._options};stage={stage}", name=self.name)
+        plan = compiled_step.plan_with_updates(graph, stage)
+        writes = sorted(plan.updates.items()) if plan is not None else []
+        return CompiledArtifact(graph, self._backend, plan=plan, name=self.name,
+                                options=f"{self._options};stage={stage};writes={writes}")
 
     def _compile_training(self, sig, graph, tensors, random):
         state = dict(sig.state)

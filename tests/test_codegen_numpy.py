@@ -519,3 +519,40 @@ def test_attention_split_over_the_batch_equals_interpreter(mask_kind, causal):
     graph = _single("scaled_dot_product_attention", arrays, scale=0.3, causal=causal,
                     has_mask=mask_kind != "none", dropout_p=0.0, seed=0, kv_groups=2)
     run_both(graph, arrays)
+
+
+# ---- state updates written into the parameters' own arrays ---------------------------------------
+
+def _update_graph(read_after: str | None):
+    """w_new = w + x returned as the update of %w; ``read_after`` adds a later read of %w
+    ("param") or of a transposed view of it ("view")."""
+    from graphnn.ir.dtypes import float32
+    g = Graph("update")
+    x = g.add_input("x", TensorType((3, 3), float32))
+    w = g.add_param("w", TensorType((3, 3), float32))
+    seen = g.call("permute", w, dims=(1, 0)) if read_after == "view" else w
+    new = g.call("add", w, x)
+    result = g.call("mul", seen, x) if read_after else g.call("neg", x)
+    g.outputs = (result, {"w": new})
+    return verify(g)
+
+
+@pytest.mark.parametrize("read_after", [None, "param", "view"])
+def test_state_updates_are_written_in_place_only_when_no_later_statement_reads_them(read_after):
+    from graphnn.passes.memory_plan import plan_memory
+    graph = _update_graph(read_after)
+    new_name = graph.outputs[1]["w"].name
+    plan = plan_memory(graph, inplace_updates={new_name: "w"})
+    source = generate(graph, plan)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 3)).astype(np.float32)
+    w = rng.standard_normal((3, 3)).astype(np.float32)
+    expected = interpret(graph, x, params={"w": w.copy()})
+    params = {"w": w.copy()}
+    result, updates = load(source)([x], params, {})
+    np.testing.assert_array_equal(result, expected[0])
+    np.testing.assert_array_equal(updates["w"], expected[1]["w"])
+    written = updates["w"] is params["w"]
+    assert written == (read_after is None and new_name in plan.updates), source
+    if not written:
+        np.testing.assert_array_equal(params["w"], w)  # the parameter is left alone

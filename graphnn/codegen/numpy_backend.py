@@ -128,13 +128,13 @@ class _Context:
     """What a lowering may ask for while its node is emitted: module-level bindings, the
     reference call, and an ``out=`` scratch buffer for its result (``out_arg``)."""
 
-    def __init__(self, graph, kernel_id):
+    def __init__(self, graph, kernel_id, writes=None):
         self.kernel_id = kernel_id
         self.header: list[str] = []  # module-level bindings
         self.bound: set[str] = set()
         self.types: dict[tuple, str] = {}
         self.names = _Names()
-        self.memory = _Memory(graph)
+        self.memory = _Memory(graph, writes or {}, self.names)
         self.node_index = -1
 
     def bind(self, name: str, source: str) -> str:
@@ -204,9 +204,18 @@ class _Memory:
     outputs never live in a buffer, and an output that may view one is copied on return. A
     value whose only use is a chain of views ending in one graph output (a weight gradient
     transposed back) gets a fresh array instead, and that output is returned without a copy
-    when it is C-contiguous (the lowering may compute the base transposed to make it so)."""
+    when it is C-contiguous (the lowering may compute the base transposed to make it so).
 
-    def __init__(self, graph):
+    ``writes`` ({output value: parameter}, the memory plan's accepted in-place updates) asks
+    for an output to be computed straight into its parameter's array (an optimizer step): its
+    ``out=`` names the parameter when no later statement reads the parameter or a value that
+    may view it, and this statement reads it only elementwise as itself; otherwise the output
+    is a fresh array and the caller copies it in."""
+
+    def __init__(self, graph, writes, names):
+        self.writes, self.names = writes, names
+        self.param_views = {v.name: {v.name} for v in graph.params if v.name in
+                            set(writes.values())}  # value -> written parameters it may view
         self.last = {}
         self.readers: dict[str, list] = {}
         self.position = {id(node): i for i, node in enumerate(graph.nodes)}
@@ -247,6 +256,9 @@ class _Memory:
         return value.name in self.read
 
     def assign(self, step, value, inplace):
+        if value.name in self.writes and self._may_write(step, value, inplace):
+            self.param_views[value.name] = {self.writes[value.name]}
+            return self.names.of[self.writes[value.name]]
         if value.name in self.outputs or value.name in self.fresh:
             return None
         spec = (tuple(value.type.shape), value.type.dtype.np.name)
@@ -272,9 +284,26 @@ class _Memory:
         self.holders[chosen].add(value.name)
         return f"b{chosen}"
 
+    def _may_write(self, step, value, inplace) -> bool:
+        """Whether ``value`` (produced at ``step``) may be written into its parameter."""
+        param = self.writes[value.name]
+        for name, params in self.param_views.items():
+            if param not in params or self.last.get(name, -1) < step:
+                continue
+            reads_here = self.last[name] == step and name == param and inplace
+            if not reads_here:
+                return False
+        return True
+
     def after(self, step, node, viewing: bool):
         """Record ``node``'s results (``viewing``: they may view its operands' buffers), then
         release buffers whose last reader was this node."""
+        if viewing:
+            for v in node.outputs:
+                viewed = set().union(*(self.param_views.get(i.name, set())
+                                       for i in node.inputs))
+                if viewed:
+                    self.param_views.setdefault(v.name, set()).update(viewed)
         for v in node.outputs:
             if v.name not in self.alias:
                 may = set().union(*(self.alias.get(i.name, set()) for i in node.inputs)) \
@@ -319,12 +348,14 @@ def _group_header(graph, node, index) -> str | None:
 def generate(graph: Graph, plan=None) -> str:
     """Python source of a module defining ``kernel(inputs, params, buffers)`` for ``graph``.
 
-    ``plan`` (a memory plan from ``plan_memory``) is accepted for the interface, but scratch
-    buffers come from this backend's own liveness-based reuse (``_Memory``): the plan gives no
-    memory to values internal to a fusion group (a Triton kernel keeps them in registers), while
-    NumPy materialises every node's result, so its assignment does not fit this backend."""
+    From ``plan`` (a memory plan from ``plan_memory``) the backend takes the accepted in-place
+    updates (new parameter and optimizer-state values written into the parameters' own
+    arrays, where the statement order allows); scratch buffers come from this backend's own
+    liveness-based reuse (``_Memory``): the plan gives no memory to values internal to a fusion
+    group (a Triton kernel keeps them in registers), while NumPy materialises every node's
+    result, so its assignment does not fit this backend."""
     kernel_id = hashlib.sha1(str(graph).encode()).hexdigest()[:12]
-    ctx = _Context(graph, kernel_id)
+    ctx = _Context(graph, kernel_id, plan.updates if plan is not None else None)
     names = ctx.names
     body: list[str] = []
     for i, v in enumerate(graph.inputs):
