@@ -127,15 +127,17 @@ class StepState:
         parameters, each tensor once; [(path, module)] of every module; train flags)."""
         seen, out, modules, training = set(), [], [], []
         for prefix, root in self.modules.items():
-            for path, m in root.named_modules():
-                where = ".".join(p for p in (prefix, path) if p)
-                modules.append((where, m))
+            for path, m in root.named_modules(prefix=prefix):
+                modules.append((path, m))
                 training.append(m.training)
-                for key, t in m._local_state().items():
-                    if isinstance(t, Tensor) and id(t) not in seen:
-                        seen.add(id(t))
-                        out.append((f"{where}.{key}" if where else key, t,
-                                    "param" if key in m._parameters else "buffer"))
+                dot = path + "." if path else ""
+                skip = m._non_persistent_buffers_set
+                for kind, table in (("param", m._parameters), ("buffer", m._buffers)):
+                    for key, t in table.items():
+                        if isinstance(t, Tensor) and id(t) not in seen and key not in (
+                                () if kind == "param" else skip):
+                            seen.add(id(t))
+                            out.append((dot + key, t, kind))
         for prefix, opt in self.optimizers.items():
             for g, group in enumerate(opt.param_groups):
                 for i, p in enumerate(group["params"]):

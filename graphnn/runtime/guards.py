@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..ir.errors import GraphnnError
 
 
@@ -40,8 +42,18 @@ class Signature:
                                       or any(s.requires_grad for _, s in self.state))
 
 
+_DTYPE_NAMES: dict = {}  # numpy dtype -> its name (``np.dtype.name`` is slow Python code)
+
+
+def _dtype_name(dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = dtype.name
+    return name
+
+
 def spec_of(tensor) -> TensorSpec:
-    return TensorSpec(tensor._data.shape, tensor._data.dtype.name, tensor._requires_grad)
+    return TensorSpec(tensor._data.shape, _dtype_name(tensor._data.dtype), tensor._requires_grad)
 
 
 def _shape(shape) -> str:
@@ -97,7 +109,7 @@ def check_inputs(specs, arrays, where: str) -> None:
     if len(arrays) != len(specs):
         raise GuardError(f"{where}: expected {len(specs)} tensor inputs, got {len(arrays)}")
     for i, (spec, a) in enumerate(zip(specs, arrays)):
-        dtype = getattr(getattr(a, "dtype", None), "name", type(a).__name__)
+        dtype = _dtype_name(a.dtype) if isinstance(a, np.ndarray) else type(a).__name__
         if dtype != spec.dtype:
             raise GuardError(f"{where}: input {i} expected dtype {spec.dtype}, got {dtype}")
         shape = tuple(getattr(a, "shape", ()))
