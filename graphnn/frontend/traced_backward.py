@@ -50,10 +50,12 @@ def traced_backward(state, tensors, grad_tensors, inputs, create_graph) -> None:
     if value is None or value.kind == "const":
         raise AutogradError("element 0 of tensors does not require grad and does not have a "
                             "grad_fn")
-    if loss.numel() != 1 or loss.ndim != 0:
+    if loss.numel() != 1:
         raise AutogradError("grad can be implicitly created only for scalar outputs")
     if not loss.dtype.is_floating_point:
         raise AutogradError(f"backward(): the loss is {loss.dtype.name}, not floating point")
+    if loss.ndim:  # one element of any rank, as eagerly: differentiate it as a 0-d value
+        value = state.value(loss.reshape(()))
     if state.inputs_requiring_grad and inputs is None:
         raise UnsupportedError(f"graphnn.trace: backward() with inputs that require grad "
                                f"({', '.join(state.inputs_requiring_grad)}); a traced step "
