@@ -36,11 +36,31 @@ def _result_dtype(name, result, types, attrs):
 
 
 def _make_impl(name, fn, result, data_from):
-    """Wrap a NumPy function: cast operands to the compute dtype, float16 through float32."""
-    def impl(*arrays, **attrs):
-        types = [type_of_array(a) for a in arrays[data_from:]]
+    """Wrap a NumPy function: cast operands to the compute dtype, float16 through float32.
+
+    The compute dtype depends only on the operands' dtypes and on which are 0-d (and, for a
+    ``result`` function, on the attributes), so it is remembered per such key."""
+    known = {}
+
+    def compute_dtype(arrays, attrs):
+        key = tuple((a.dtype, a.ndim == 0) for a in arrays)
+        if callable(result):
+            key += tuple(sorted(attrs.items()))
+        try:
+            return known[key]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable attribute: work it out every time
+            key = None
+        types = [type_of_array(a) for a in arrays]
         compute = _result_dtype(name, result, types, attrs) if result != "bool" else \
             promoted(types)
+        if key is not None:
+            known[key] = compute
+        return compute
+
+    def impl(*arrays, **attrs):
+        compute = compute_dtype(arrays[data_from:], attrs)
         rounded = compute is float16
         if rounded:
             compute = float32
