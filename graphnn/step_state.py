@@ -11,13 +11,16 @@ bound method the attributes of ``self``. ``StepState(fn)`` holds them and, at ea
 - ``slots()``: the places that hold a tensor or None and that a step may rebind (each
   parameter's ``.grad``, each optimizer state entry), as ``Slot``s;
 - ``read()``: the bindings, plus everything else a trace specialises on (optimizer
-  hyper-parameters such as ``lr``, the modules' train/eval flags) for the compiled signature,
-  and the modules (their hooks make a call run eagerly), in one walk per call.
+  hyper-parameters such as ``lr``, the modules' train/eval flags, which parameter and
+  optimizer objects they are) for the compiled signature, and the modules (their hooks make a
+  call run eagerly), in one walk per call. What the function names is looked up again at
+  every call, so a global rebound to a new model or optimizer is seen.
 
 ``snapshot()``/``restore()`` put the slots and the optimizers' state dicts back after a trace.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 
@@ -29,7 +32,8 @@ from .optim.optimizer import Optimizer
 @dataclass
 class CallState:
     bindings: list  # [(name, tensor, kind)]
-    key: tuple  # hyper-parameters, train flags, non-tensor optimizer state
+    key: tuple  # hyper-parameters, train flags, non-tensor optimizer state, and which
+    # parameter and optimizer objects these are (compiled slots hold them)
     modules: list  # [(path, module)] of every module reached, for the hook check
     hooked_tensors: list  # names of parameters with tensor hooks (a step would skip them)
 
@@ -57,11 +61,17 @@ def _state_slot(name, opt, param, key) -> Slot:
     return Slot(name, lambda: opt.state.get(param, {}).get(key), set_entry)
 
 
-def _code_names(code) -> list:
+@functools.lru_cache(maxsize=256)
+def _code_names(code) -> tuple:
+    """The global names ``code`` (and the functions and comprehensions inside it) uses."""
+    return tuple(_all_code_names(code))
+
+
+def _all_code_names(code) -> list:
     names = list(code.co_names)
     for const in code.co_consts:
         if inspect.iscode(const):
-            names += _code_names(const)
+            names += _all_code_names(const)
     return names
 
 
@@ -79,8 +89,9 @@ def _with_items(name, value, depth=2):
 
 
 def reachable(fn) -> dict:
-    """{name: object} of what ``fn`` can reach: closure, named globals, defaults, ``self``'s
-    attributes, and the items of lists, tuples and dicts among them (two levels)."""
+    """{name: object} of what ``fn`` names directly: its closure variables, the globals its
+    code names, its default arguments, and for a bound method ``self`` (a Module) or
+    ``self``'s attributes. Cheap enough to run at every call."""
     found = {}
     if inspect.ismethod(fn):
         owner = fn.__self__
@@ -89,42 +100,63 @@ def reachable(fn) -> dict:
         fn = fn.__func__
     fn = inspect.unwrap(fn)
     code = getattr(fn, "__code__", None)
-    if code is not None:
-        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-            try:
-                found.setdefault(name, cell.cell_contents)
-            except ValueError:  # a cell not filled yet
-                pass
-        for name in _code_names(code):
-            if name in fn.__globals__:
-                found.setdefault(name, fn.__globals__[name])
-        for p in inspect.signature(fn).parameters.values():
-            if p.default is not p.empty:
-                found.setdefault(p.name, p.default)
-    return {k: v for name, value in found.items() for k, v in _with_items(name, value)}
+    if code is None:
+        return found
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            found.setdefault(name, cell.cell_contents)
+        except ValueError:  # a cell not filled yet
+            pass
+    for name in _code_names(code):
+        if name in fn.__globals__:
+            found.setdefault(name, fn.__globals__[name])
+    positional = code.co_varnames[:code.co_argcount]
+    defaults = fn.__defaults__ or ()
+    for name, value in zip(positional[len(positional) - len(defaults):], defaults):
+        found.setdefault(name, value)
+    for name, value in (fn.__kwdefaults__ or {}).items():
+        found.setdefault(name, value)
+    return found
 
 
 class StepState:
     def __init__(self, fn):
-        objects = reachable(fn)
-        self.modules = {k: v for k, v in objects.items() if isinstance(v, Module)}
-        self.optimizers = {k: v for k, v in objects.items() if isinstance(v, Optimizer)}
-        self.tensors = {k: v for k, v in objects.items()
-                        if isinstance(v, Tensor) and v._symbol is None}
+        self._fn, self._named = fn, None
+        self.modules, self.optimizers, self.tensors = {}, {}, {}
         self.gradients = True  # gradients are state the function may read and rebind
+        self.refresh()
 
     @classmethod
     def of_module(cls, module) -> "StepState":
         """A compiled module's forward: its own state under its state_dict keys; gradients
         and optimizers are not the forward's business."""
         self = cls.__new__(cls)
+        self._fn, self._named = None, None
         self.modules, self.optimizers, self.tensors, self.gradients = {"": module}, {}, {}, False
         return self
+
+    def refresh(self) -> None:
+        """Look again at what the function names (a global rebound to a new model or
+        optimizer since the last call is seen); the items of lists, tuples and dicts among
+        them (two levels) count too, as found when a name last changed."""
+        if self._fn is None:
+            return
+        named = reachable(self._fn)
+        if self._named is not None and named.keys() == self._named.keys() and all(
+                named[k] is self._named[k] for k in named):
+            return
+        self._named = named
+        objects = {k: v for name, value in named.items() for k, v in _with_items(name, value)}
+        self.modules = {k: v for k, v in objects.items() if isinstance(v, Module)}
+        self.optimizers = {k: v for k, v in objects.items() if isinstance(v, Optimizer)}
+        self.tensors = {k: v for k, v in objects.items()
+                        if isinstance(v, Tensor) and v._symbol is None}
 
     # ---- naming --------------------------------------------------------------------------------
     def _walk(self):
         """One walk over the modules: ([(name, tensor, kind)] of module state and optimizer
         parameters, each tensor once; [(path, module)] of every module; train flags)."""
+        self.refresh()
         seen, out, modules, training = set(), [], [], []
         for prefix, root in self.modules.items():
             for path, m in root.named_modules(prefix=prefix):
@@ -161,7 +193,10 @@ class StepState:
         named, modules, training = self._walk()
         hooked = [name for name, t, kind in named if self.gradients and kind == "param"
                   and t._accum is not None and any(t._accum.hooks.values())]
-        return CallState(self._bindings(named), self._key(training), modules, hooked)
+        identity = tuple(id(t) for _, t, kind in named if kind == "param") + tuple(
+            id(opt) for opt in self.optimizers.values())
+        return CallState(self._bindings(named), self._key(training) + (identity,), modules,
+                         hooked)
 
     def bindings(self) -> list:
         """Every state tensor a call reads, named (see the module docstring)."""

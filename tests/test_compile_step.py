@@ -1158,3 +1158,37 @@ def test_state_set_to_one_value_gets_separate_memory():
         buf = opt.state[p]["momentum_buffer"]
         assert not np.shares_memory(p.grad._data, buf._data)
         assert not np.shares_memory(p.grad._data, p._data)
+
+
+def _late_step(x):
+    """A step naming globals that are bound (and rebound) after it is compiled."""
+    late_opt.zero_grad()
+    loss = late_model(x).square().mean()
+    loss.backward()
+    late_opt.step()
+    return loss
+
+
+def test_globals_bound_after_compile_and_rebound_later_are_seen():
+    global late_model, late_opt
+    step = graphnn.compile(_late_step)  # before the model and optimizer exist
+    x = graphnn.randn(4, 3)
+    for round_ in range(2):  # the second round rebinds both globals to new objects
+        graphnn.manual_seed(round_)
+        late_model = nn.Linear(3, 2)
+        twin = copy.deepcopy(late_model)
+        late_opt = graphnn.optim.SGD(late_model.parameters(), lr=0.1, momentum=0.9)
+        twin_opt = graphnn.optim.SGD(twin.parameters(), lr=0.1, momentum=0.9)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", CompileWarning)
+            for _ in range(3):
+                ours = step(x)
+                twin_opt.zero_grad()
+                theirs = twin(x).square().mean()
+                theirs.backward()
+                twin_opt.step()
+                assert np.array_equal(_np(ours), _np(theirs))
+        for p, q in zip(late_model.parameters(), twin.parameters()):
+            assert np.array_equal(_np(p), _np(q))
+            assert np.array_equal(_np(p.grad), _np(q.grad))
+    assert any("objects changed" in r for r in step.recompile_reasons)

@@ -71,6 +71,21 @@ def _spec_changes(what: str, old: TensorSpec, new: TensorSpec) -> list:
     return out
 
 
+_CONTEXT_PARTS = ("optimizer settings", "module modes (train flags)", "optimizer step state",
+                  "parameter or optimizer objects")
+
+
+def _context_changes(old: tuple, new: tuple) -> list:
+    """Which parts of a traced function's context changed (``StepState.read().key``)."""
+    if len(old) != len(_CONTEXT_PARTS) or len(new) != len(_CONTEXT_PARTS):
+        return [f"context {old} -> {new}"]
+    out = []
+    for part, a, b in zip(_CONTEXT_PARTS, old, new):
+        if a != b:
+            out.append(f"{part} changed" if part.endswith("objects") else f"{part} {a} -> {b}")
+    return out
+
+
 def _names(names, shown=4) -> str:
     more = f" and {len(names) - shown} more" if len(names) > shown else ""
     return ", ".join(f"'{n}'" for n in names[:shown]) + more
@@ -100,7 +115,7 @@ def describe_change(old: Signature, new: Signature) -> str:
     if old.grad_enabled != new.grad_enabled:
         changes.append(f"grad mode {old.grad_enabled} -> {new.grad_enabled}")
     if old.context != new.context:
-        changes.append(f"optimizer settings or module modes {old.context} -> {new.context}")
+        changes += _context_changes(old.context, new.context)
     return "; ".join(changes) or "no change"
 
 
