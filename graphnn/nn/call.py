@@ -1,7 +1,8 @@
 """What ``module(*args)`` does: hooks around ``forward``, run under the module's path.
 
-The root call computes every descendant's path once (``named_modules``, so a module reachable
-twice keeps its first path); nested calls look theirs up, so errors and traced nodes name
+The first nested call of a root call computes every descendant's path once
+(``named_modules``, so a module reachable twice keeps its first path); nested calls look theirs
+up, so errors and traced nodes name
 ``features.0`` rather than a class. A graphnn error raised inside a forward is prefixed once,
 by the innermost module, with that module and path; the module tree is left as it was.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+import weakref
 
 from ..frontend.scope import current_module_path, module_scope
 from ..frontend.tensor import Tensor
@@ -19,11 +21,16 @@ _paths = threading.local()
 
 
 def _path_of(module) -> str:
+    """"" for a root call; a nested call's path in the root's tree (the table is built at the
+    first nested call, so a root whose forward calls no submodule, a compiled one, pays
+    nothing for it)."""
     if current_module_path() is None:
-        _paths.table = {id(m): p for p, m in module.named_modules()}
+        _paths.root, _paths.table = weakref.ref(module), None
         return ""
-    table = getattr(_paths, "table", {})
-    return table.get(id(module), current_module_path())
+    if getattr(_paths, "table", None) is None:
+        root = getattr(_paths, "root", lambda: None)()
+        _paths.table = {} if root is None else {id(m): p for p, m in root.named_modules()}
+    return _paths.table.get(id(module), current_module_path())
 
 
 def describe(module, path: str) -> str:
