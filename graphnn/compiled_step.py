@@ -7,13 +7,14 @@ returns ``(TracedFunction, SlotChanges)``: the graph's outputs are ``(result, up
 optimizer-state entries the function rebound (to a tensor: an ``extra`` output; to None:
 ``cleared``). Tracing leaves every tensor, gradient and optimizer state as it was.
 
-``compile_step`` turns such a trace into a ``StepEntry``: when the function called
+``step_graph`` turns such a trace into the graph of one kernel: when the function called
 ``loss.backward()``, ``passes.step_autodiff`` computes the gradients (the forward is optimized
-before it is differentiated), the pass pipeline runs on the whole step, and one kernel computes
-the result, the new state and the rebound tensors. A call of the entry runs the kernel, writes
-each updated tensor in place (``np.copyto``; its version counter moves as an eager in-place
-write's does), rebinds the slots, and returns the result as tensors without autograd history,
-like an eager step whose loss was computed before ``backward``.
+before it is differentiated), then the pass pipeline runs on the whole step.
+``plan_with_updates`` plans its memory with the state updates written in place, and a
+``StepEntry`` runs the kernel: each updated tensor ends up written in place (by the kernel
+itself, or ``write_back``'s copy; its version counter moves as an eager in-place write's does),
+the slots are rebound, and the result comes back as tensors without autograd history, like an
+eager step's loss after ``backward``.
 """
 from __future__ import annotations
 
