@@ -162,3 +162,96 @@ def test_pass_selection_and_errors(monkeypatch):
                                         r"simplify, cse, dce\)"):
         run_pipeline(ir_samples.conv_relu_pool(),
                      passes=["fold_constants", "simplify", "cse", "dce", "broken"])
+
+
+def _simplify_then_dce(graph):
+    return eliminate_dead_code(simplify(graph))
+
+
+def test_simplify_turns_a_sum_of_block_writes_into_zeros_into_cat():
+    """The q/k/v gradient of a fused in-projection: three slices' gradients summed."""
+    _check(_simplify_then_dce, """
+graph g(%q: f32[2,2], %k: f32[2,2], %v: f32[2,2]) {
+  const %zero: f32[] = 0.0
+  %0: f32[2,6] = full() {shape=[2, 6], dtype=f32, value=0}
+  %1: f32[2,6] = slice_scatter(%0, %v) {starts=[0, 4], stops=[2, 6], steps=[1, 1]}  @a
+  %2: f32[2,6] = slice_scatter(%0, %k) {starts=[0, 2], stops=[2, 4], steps=[1, 1]}  @a
+  %3: f32[2,6] = add(%1, %2)  @a
+  %4: f32[2,6] = slice_scatter(%0, %q) {starts=[0, 0], stops=[2, 2], steps=[1, 1]}  @a
+  %5: f32[2,6] = add(%3, %4)  @a
+  return %5
+}""", """
+graph g(%q: f32[2,2], %k: f32[2,2], %v: f32[2,2]) {
+  %0: f32[2,6] = cat(%q, %k, %v) {dim=1}  @a
+  return %0
+}""")
+
+
+def test_simplify_turns_a_sum_of_interleaved_writes_into_one_buffer():
+    """Strided, disjoint slices (window positions) become one chain of writes into zeros."""
+    _check(_simplify_then_dce, """
+graph g(%a: f32[2,2], %b: f32[2,2]) {
+  const %zero: f32[2,5] = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+  %0: f32[2,5] = slice_scatter(%zero, %a) {starts=[0, 0], stops=[2, 4], steps=[1, 2]}  @a
+  %1: f32[2,5] = slice_scatter(%zero, %b) {starts=[0, 1], stops=[2, 5], steps=[1, 2]}  @b
+  %2: f32[2,5] = add(%0, %1)
+  return %2
+}""", """
+graph g(%a: f32[2,2], %b: f32[2,2]) {
+  const %zero: f32[2,5] = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+  %0: f32[2,5] = slice_scatter(%zero, %a) {starts=[0, 0], stops=[2, 4], steps=[1, 2]}  @a
+  %1: f32[2,5] = slice_scatter(%0, %b) {starts=[0, 1], stops=[2, 5], steps=[1, 2]}  @b
+  return %1
+}""")
+
+
+def test_simplify_keeps_sums_of_overlapping_or_nonzero_based_writes():
+    text = """
+graph g(%a: f32[2,3], %b: f32[2,3], %base: f32[2,6]) {
+  %0: f32[2,6] = full() {shape=[2, 6], dtype=f32, value=0}
+  %1: f32[2,6] = slice_scatter(%0, %a) {starts=[0, 0], stops=[2, 3], steps=[1, 1]}
+  %2: f32[2,6] = slice_scatter(%0, %b) {starts=[0, 2], stops=[2, 5], steps=[1, 1]}
+  %3: f32[2,6] = add(%1, %2)
+  %4: f32[2,6] = slice_scatter(%base, %b) {starts=[0, 3], stops=[2, 6], steps=[1, 1]}
+  %5: f32[2,6] = add(%1, %4)
+  %6: f32[2,6] = slice_scatter(%0, %b) {starts=[0, 1], stops=[2, 6], steps=[1, 2]}
+  %7: f32[2,6] = add(%1, %6)
+  return (%3, %5, %7)
+}"""
+    _check(simplify, text, text)
+
+
+def test_training_backward_assembles_the_in_projection_gradient_with_one_cat():
+    from graphnn import nn, stages, tensor, trace
+    block = nn.TransformerBlock(16, 2, d_ff=32, causal=True)
+    train = stages.training(trace(block, tensor(np.zeros((2, 5, 16), np.float32))))
+    ops = [n.op for n in train.backward.nodes]
+    assert "slice_scatter" not in ops and ops.count("cat") == 1
+
+
+def test_simplify_joins_reshaped_heads_before_merging_them():
+    """cat of reshapes that merge (heads, features) into the cat dim: one cat of the sources
+    (a unit dim inserted, a view) and one reshape; sources of another shape are left alone."""
+    _check(_simplify_then_dce, """
+graph g(%a: f32[2,3,2,4], %b: f32[2,3,2,4], %c: f32[2,3,4,2]) {
+  %0: f32[2,2,3,4] = permute(%a) {dims=[0, 2, 1, 3]}  @p
+  %1: f32[2,2,12] = reshape(%0) {shape=[2, 2, 12]}  @p
+  %2: f32[2,2,3,4] = permute(%b) {dims=[0, 2, 1, 3]}  @p
+  %3: f32[2,2,12] = reshape(%2) {shape=[2, 2, 12]}  @p
+  %4: f32[2,2,24] = cat(%1, %3) {dim=2}  @q
+  %5: f32[2,2,12] = reshape(%c) {shape=[2, 2, 12]}  @p
+  %6: f32[2,2,24] = cat(%1, %5) {dim=-1}  @q
+  return (%4, %6)
+}""", """
+graph g(%a: f32[2,3,2,4], %b: f32[2,3,2,4], %c: f32[2,3,4,2]) {
+  %0: f32[2,2,3,4] = permute(%a) {dims=[0, 2, 1, 3]}  @p
+  %1: f32[2,2,12] = reshape(%0) {shape=[2, 2, 12]}  @p
+  %2: f32[2,2,3,4] = permute(%b) {dims=[0, 2, 1, 3]}  @p
+  %3: f32[2,2,1,3,4] = reshape(%0) {shape=[2, 2, 1, 3, 4]}  @q
+  %4: f32[2,2,1,3,4] = reshape(%2) {shape=[2, 2, 1, 3, 4]}  @q
+  %5: f32[2,2,2,3,4] = cat(%3, %4) {dim=2}  @q
+  %6: f32[2,2,24] = reshape(%5) {shape=[2, 2, 24]}  @q
+  %7: f32[2,2,12] = reshape(%c) {shape=[2, 2, 12]}  @p
+  %8: f32[2,2,24] = cat(%1, %7) {dim=-1}  @q
+  return (%6, %8)
+}""")

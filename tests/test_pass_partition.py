@@ -70,3 +70,22 @@ def test_nothing_is_saved_when_backward_needs_no_forward_value():
     fwd, bwd, report = _run_split(g, ["w"])
     assert report.saved == [] and report.recomputed == []
     assert fwd.outputs[1] == ()
+
+
+def test_saved_values_keep_their_names_through_renumbering_passes():
+    """A forward-region node that the forward outputs do not need (here dead code; after
+    share_attention_probabilities, a value only the backward reads) must not shift the
+    names that join the forward's saved values to the backward's inputs when a later pass
+    renumbers the forward."""
+    from graphnn.passes.pipeline import run_pipeline
+    g = Graph("gap")
+    x = g.add_input("x", ir_samples.f32(4, 4))
+    w = g.add_param("w", ir_samples.f32(4, 4))
+    g.call("exp", x, scope="unused")
+    h = g.call("matmul", x, w, scope="fc")
+    g.outputs = g.call("sum", g.call("mul", g.call("tanh", h), h), dims=None)
+    fwd, bwd, report = _run_split(g, ["w"])
+    later = run_pipeline(fwd, ["dce", "fuse_elementwise"]).graph
+    saved = [v.name for v in later.outputs[1]]
+    assert saved and saved == [v.name for v in bwd.inputs[:len(saved)]]
+    assert saved == [n for n, _, _, _ in report.saved]

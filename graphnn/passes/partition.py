@@ -14,7 +14,9 @@ recomputes from saved ones:
 
 Guarantees: the forward graph returns ``(forward_outputs, saved tuple)``; the backward graph
 takes the saved values (same names), ``grad_output`` (if the joint graph has it) and the
-original inputs and parameters it reads, and returns the gradient dict. Running forward then
+original inputs and parameters it reads, and returns the gradient dict. Node results of both
+are numbered in order (0, 1, 2...), so passes that renumber them (every ``Rewriter`` pass)
+keep the names that join the saved values to the backward's inputs. Running forward then
 backward gives exactly the joint graph's values. ``PartitionReport`` lists every saved tensor
 with its bytes and every recomputed value.
 """
@@ -26,6 +28,7 @@ import networkx as nx
 
 from ..ir.graph import Graph, flatten_structure, map_structure
 from ..ir.registry import OpGroup, get_op
+from ..ir.rewrite import renumber
 
 RECOMPUTABLE = (OpGroup.ELEMENTWISE, OpGroup.SHAPE)
 
@@ -127,13 +130,14 @@ def partition(joint: Graph):
     saved_values = [v for n in forward_nodes for v in n.outputs if v.name in saved]
     fwd.outputs = (map_structure(lambda v: env[v.name], forward_outputs),
                    tuple(env[v.name] for v in saved_values))
+    renumber(fwd)  # the names later passes keep: the backward reads the saved values by them
     for v in saved_values:
-        report.saved.append((v.name, str(v.type), _bytes(v), v.producer.scope))
+        report.saved.append((env[v.name].name, str(v.type), _bytes(v), v.producer.scope))
 
     bwd = Graph(f"{joint.name}_backward")
     benv = {}
     for v in saved_values:
-        benv[v.name] = bwd.add_input(v.name, v.type)
+        benv[v.name] = bwd.add_input(env[v.name].name, v.type)
     used = {v.name for n in recompute + backward_nodes for v in n.inputs}
     for v in joint.inputs:
         if v.name in used or v.name in grad_output_names:
@@ -147,9 +151,10 @@ def partition(joint: Graph):
     for node in recompute + backward_nodes:
         new = bwd.add_node(node.op, [benv[v.name] for v in node.inputs], node.attrs,
                            [v.type for v in node.outputs], scope=node.scope, source=node.source,
-                           names=[v.name for v in node.outputs], fusion=node.fusion)
+                           fusion=node.fusion)
         benv.update({v.name: nv for v, nv in zip(node.outputs, new.outputs)})
-    for node in recompute:
-        report.recomputed.append((node.outputs[0].name, node.op, node.scope))
     bwd.outputs = {k: benv[v.name] for k, v in grads.items()}
+    renumber(bwd)
+    for node in recompute:
+        report.recomputed.append((benv[node.outputs[0].name].name, node.op, node.scope))
     return fwd, bwd, report

@@ -23,6 +23,7 @@ from .fold_constants import fold_constants
 from .fuse_attention import fuse_attention
 from .fuse_elementwise import fuse_elementwise
 from .fuse_epilogue import fuse_epilogue
+from .share_attention_probabilities import share_attention_probabilities
 from .simplify import simplify
 
 PIPELINE = [
@@ -30,6 +31,7 @@ PIPELINE = [
     ("simplify", simplify),
     ("cse", eliminate_common_subexpressions),
     ("fuse_attention", fuse_attention),
+    ("share_attention_probabilities", share_attention_probabilities),
     ("fuse_epilogue", fuse_epilogue),
     ("dce", eliminate_dead_code),
     ("fuse_elementwise", fuse_elementwise),

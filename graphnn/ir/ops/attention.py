@@ -142,7 +142,7 @@ def _sum_groups(b, g, groups: int):
     return b.sum(g, dims=(len(lead) + 1,), keepdim=False)
 
 
-def _probabilities(b, ctx, q, k):
+def probabilities(b, ctx, q, k):
     """softmax(q kᵀ · scale + mask) as the forward computes it; rows with no key give 0."""
     attrs, dt = ctx.attrs, b.dtype(q)
     ninf = b.scalar(float("-inf"), dt)
@@ -178,7 +178,7 @@ def _grad_attention(b, ctx, g):
     groups = attrs["kv_groups"]
     q, k, v = ctx.input(0), ctx.input(1), ctx.input(2)
     k_rep, v_rep = _repeat_heads(b, k, groups), _repeat_heads(b, v, groups)
-    p = _probabilities(b, ctx, q, k_rep)
+    p = probabilities(b, ctx, q, k_rep)
     drop = _dropout_factor(b, ctx, p)
     grads = [None] * len(ctx.input_types)
     if need[2]:
