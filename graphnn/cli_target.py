@@ -25,7 +25,6 @@ from . import nn, trace, zeros
 from .compiled_step import trace_function
 from .step_state import StepState
 from .frontend.tracer import TraceError, TraceWarning
-from .ir import Graph
 from .ir.dtypes import dtype_from_name
 
 
