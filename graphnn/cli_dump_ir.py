@@ -1,7 +1,8 @@
 """``graphnn dump-ir TARGET --input SHAPE[:DTYPE] ...``: trace a model and print its IR at a
 stage of the compiler: ``traced``, ``optimized`` (after the pass pipeline), ``backward``
-(the training graph's backward half) or ``kernels`` (the generated NumPy source), optionally as it was after one pass, or as the diffs
-each pass made."""
+(the training graph's backward half) or ``kernels`` (the generated NumPy source), optionally
+as it was after one pass, or as the diffs each pass made. A training-step function (it calls
+``loss.backward()`` or steps an optimizer) is shown as ``graphnn.compile`` compiles it."""
 from __future__ import annotations
 
 import argparse

@@ -22,11 +22,11 @@ the whole function becomes one kernel (``compiled_step``): a compiled training s
 Falls back to eager, with a warning that says why, when: compiling fails (trace refused, an op
 without a lowering...), the signature count passes ``recompile_limit``, a module has hooks
 (hooks of the compiled module itself run around the compiled forward as usual), the forward
-assigns module attributes, or runs an op with a random seed inside (attention dropout). Random values made by creation ops (``rand``,
-as dropout uses) become graph inputs drawn per call with fresh seeds, in the order eager draws
-them. Several differentiable outputs (attention's output and
-weights) are differentiated together as a vector-Jacobian product. A recompile is logged on
-the "graphnn" logger (INFO) and kept in ``recompile_reasons``.
+assigns module attributes, or runs an op with a random seed inside (attention dropout).
+Random values made by creation ops (``rand``, as dropout uses) become graph inputs drawn per
+call with fresh seeds, in the order eager draws them. Several differentiable outputs
+(attention's output and weights) are differentiated together as a vector-Jacobian product. A
+recompile is logged on the "graphnn" logger (INFO) and kept in ``recompile_reasons``.
 """
 from __future__ import annotations
 

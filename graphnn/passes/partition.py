@@ -2,9 +2,9 @@
 
 ``partition(joint)`` assumes ``joint`` comes from ``autodiff`` (outputs
 ``(forward_outputs, {name: gradient})``), possibly optimized since. Its forward part is every
-node the forward outputs depend on; every other node belongs to the backward. It decides, with a minimum cut weighted by bytes (networkx), which forward
-values the forward graph saves for the backward graph and which cheap values the backward graph
-recomputes from saved ones:
+node the forward outputs depend on; every other node belongs to the backward. It decides,
+with a minimum cut weighted by bytes (networkx), which forward values the forward graph saves
+for the backward graph and which cheap values the backward graph recomputes from saved ones:
 
 * graph inputs and parameters are free: the backward graph reads them directly;
 * a value made by an elementwise or shape op may be recomputed from its operands;
