@@ -199,10 +199,11 @@ def _mean(node, args, ctx):
 
 
 def _softmax(node, args, ctx):
+    """softmax / log_softmax over a non-empty dim of a float32/float64 tensor."""
     t = node.inputs[0].type
     if not _float_in(node) or t.shape[node.attrs["dim"] % t.ndim] == 0:
         return None
-    return f"_rt.softmax({args[0]}, {node.attrs['dim']}{ctx.out_arg(node, inplace=True)})"
+    return f"_rt.{node.op}({args[0]}, {node.attrs['dim']}{ctx.out_arg(node, inplace=True)})"
 
 
 # ---- contractions, convolution, pooling, attention -----------------------------------------------
@@ -356,7 +357,7 @@ LOWERINGS.update({
     "reshape": _reshape, "permute": _permute, "expand": _expand, "slice": _slice,
     "slice_scatter": _slice_scatter,
     "sum": _sum, "amax": _reduce("np.amax"), "amin": _reduce("np.amin"),
-    "mean": _mean, "softmax": _softmax,
+    "mean": _mean, "softmax": _softmax, "log_softmax": _softmax,
     "matmul": _matmul, "matmul_epilogue": _matmul_epilogue,
     "conv2d": _conv2d, "conv2d_epilogue": _conv2d_epilogue,
     "conv2d_input_grad": _conv_grad("input"), "conv2d_weight_grad": _conv_grad("weight"),

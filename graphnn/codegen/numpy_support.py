@@ -276,6 +276,18 @@ def softmax(x, dim, out=None):
     return out
 
 
+def log_softmax(x, dim, out=None):
+    """Stable log-softmax along ``dim`` written into ``out`` (may be ``x`` itself), in the
+    reference's order of operations: z = x - max, then z - log(sum(exp(z)))."""
+    d = dim % x.ndim
+    if out is None:
+        out = np.empty_like(x)
+    np.subtract(x, np.amax(x, axis=d, keepdims=True), out=out)
+    total = np.sum(np.exp(out), axis=d, keepdims=True)
+    np.subtract(out, np.log(total, out=total), out=out)
+    return out
+
+
 def attention(q, k, v, mask=None, *, scale, causal, kv_groups=1, out=None, buffers=None,
               key="attn"):
     """Attention as two batched GEMMs around an in-place stable softmax (float32/float64,
