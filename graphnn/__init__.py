@@ -10,7 +10,7 @@ from .frontend.creation import (arange, as_tensor, empty, empty_like, eye, from_
                                 randint_like, randn, randn_like, tensor, zeros, zeros_like)
 from .frontend.functions import add, bmm, mm, mul, pow, sub
 from .frontend.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
-from .frontend.random import initial_seed, manual_seed
+from .frontend.random import get_rng_state, initial_seed, manual_seed, set_rng_state
 from .frontend.tensor import Size, Tensor, device
 from .frontend.tensor_math import where
 from .frontend.tensor_shape import cat, concat, concatenate, pad, stack

@@ -92,7 +92,7 @@ class StepEntry:
     def __call__(self, tensors, state):
         params = {n: state[n]._data for n in self.artifact.param_names}
         result, updates, extra = self.artifact.run(
-            [t._data for t in tensors] + self.random.draw(), params)
+            [t._data for t in tensors] + self.random.draw(tensors), params)
         write_back(updates, state)
         for slot in self.changes.cleared:
             slot.set(None)

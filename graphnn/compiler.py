@@ -37,6 +37,7 @@ import logging
 import threading
 import types
 import warnings
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -44,13 +45,14 @@ from . import compiled_step, stages
 from .frontend import trace_state
 from .frontend.compiled_node import attach
 from .frontend.grad_mode import is_grad_enabled
-from .frontend.random import next_seed
+from .frontend.random import get_rng_state, next_seed, set_rng_state
 from .frontend.tensor import Tensor
 from .ir.emit import Builder
 from .ir.errors import UnsupportedError
 from .ir.graph import flatten_structure, map_structure
 from .ir.graph_emitter import GraphEmitter
 from .ir.registry import get_op
+from .ir.types import TensorType
 from .ir.verifier import verify
 from .nn import hooks as H
 from .passes.autodiff import autodiff
@@ -58,7 +60,9 @@ from .passes.partition import partition
 from .passes.pipeline import run_pipeline
 from .runtime.artifact import CompiledArtifact
 from .runtime.backends import get_backend
-from .runtime.guards import Signature, describe_change, spec_of
+from .runtime.dynamic_artifact import fit_dynamic_artifact
+from .runtime.guards import Signature, describe_change, spec_of, with_dynamic_batch
+from .runtime.shape_template import LinearSize, NotGeneric
 from .step_state import StepState
 
 log = logging.getLogger("graphnn")
@@ -71,6 +75,23 @@ class CompileWarning(UserWarning):
 
 
 _EAGER = "eager"  # a signature entry that runs the eager forward
+_STATIC = "static"  # a dynamic signature entry: compile per batch size instead
+PROBE_SIZES = (11, 13, 17)  # batch sizes a dynamic kernel is fitted on (primes: rarely other dims)
+
+
+def _shape_text(shape) -> str:
+    return "[" + ",".join(map(str, shape)) + "]"
+
+
+@dataclass
+class _Stages:
+    """A traced, optimized call: the graph of each kernel by stage (``inference``; ``forward``
+    and ``backward``; or ``step``), its lifted random inputs, and ``make(artifacts, random)``
+    building the signature's entry around the compiled kernels."""
+
+    graphs: dict
+    random: "_Random"
+    make: object
 
 
 class _Ran:
@@ -100,20 +121,48 @@ def _is_random(graph) -> bool:
 
 class _Random:
     """Random values lifted out of a graph: drawn per call with fresh seeds, in trace order,
-    from graphnn's global generator (as eager draws them, so ``manual_seed`` reproduces)."""
+    from graphnn's global generator (as eager draws them, so ``manual_seed`` reproduces).
+    With ``shapes`` (``with_batch``), each value's shape follows the call's batch size, read
+    off dim 0 of the call's tensor number ``carrier``."""
 
-    def __init__(self, specs):
+    def __init__(self, specs, shapes=None, carrier=None):
         self.specs = specs  # (op, attrs, TensorType) per lifted input
+        self.shapes, self.carrier = shapes, carrier  # one LinearSize per dim, per spec
         self._traced = True  # the compiling call uses the seeds its trace drew
         self._lock = threading.Lock()
 
-    def draw(self) -> list:
+    def with_batch(self, probes, sizes, carrier):
+        """This list for every batch size, from the same lists traced at ``sizes``."""
+        if not self.specs:
+            return self
+        if any([(op, set(a)) for op, a, _ in p.specs] != [(op, set(a)) for op, a, _ in self.specs]
+               for p in probes):
+            raise NotGeneric("the random values drawn differ between batch sizes")
+        shapes = []
+        for k, (op, attrs, t) in enumerate(self.specs):
+            traced = [tuple(p.specs[k][2].shape) for p in probes]
+            forms = tuple(LinearSize.fit(list(d), sizes) for d in zip(*traced))
+            if None in forms or (any(f.a for f in forms) and "shape" not in attrs):
+                raise NotGeneric(f"random values of shapes {traced} at batch sizes {sizes}")
+            shapes.append(forms)
+        return _Random(self.specs, shapes, carrier)
+
+    def draw(self, tensors) -> list:
         if not self.specs:
             return []
         with self._lock:
             traced, self._traced = self._traced, False
-        return [get_op(op).run([], attrs if traced else {**attrs, "seed": next_seed()}, [t])[0]
-                for op, attrs, t in self.specs]
+        if traced:
+            return [get_op(op).run([], attrs, [t])[0] for op, attrs, t in self.specs]
+        size = tensors[self.carrier]._data.shape[0] if self.shapes else None
+        out = []
+        for k, (op, attrs, t) in enumerate(self.specs):
+            attrs = {**attrs, "seed": next_seed()}
+            if self.shapes:
+                shape = tuple(f.at(size) for f in self.shapes[k])
+                attrs["shape"], t = shape, TensorType(shape, t.dtype)
+            out.append(get_op(op).run([], attrs, [t])[0])
+        return out
 
 
 def _lift_random(graph):
@@ -170,6 +219,30 @@ def _flatten_call(signature, args, kwargs):
             static.append(name)
             walk(v)
     return tensors, tuple(static)
+
+
+def _resized(args, kwargs, tensors, positions, size):
+    """(args, kwargs, tensors) with the call's tensors at ``positions`` (``_flatten_call``'s
+    order) replaced by zeros whose dim 0 is ``size``: a probe call for ``dynamic=True``."""
+    swap = {}
+    for i in positions:
+        t = tensors[i]
+        probe = Tensor._wrap(np.zeros((size,) + t._data.shape[1:], t._data.dtype))
+        swap[id(t)] = probe.requires_grad_(True) if t.requires_grad else probe
+
+    def walk(v):
+        if isinstance(v, Tensor):
+            return swap.get(id(v), v)
+        if isinstance(v, (tuple, list)):
+            items = [walk(x) for x in v]
+            if isinstance(v, list):
+                return items
+            return type(v)(*items) if hasattr(v, "_fields") else tuple(items)
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        return v
+
+    return walk(args), walk(kwargs), [swap.get(id(t), t) for t in tensors]
 
 
 def _template(result):
@@ -234,7 +307,7 @@ class _Inference:
 
     def __call__(self, tensors, state):
         params = {n: state[n]._data for n in self.artifact.param_names}
-        out, updates = self.artifact.run([t._data for t in tensors] + self.random.draw(),
+        out, updates = self.artifact.run([t._data for t in tensors] + self.random.draw(tensors),
                                          params)
         compiled_step.write_back(updates, state)
         return _to_tensors(out, self.template)
@@ -262,7 +335,7 @@ class _Training:
         self.saved_names = [v.name for v in forward.graph.outputs[1]]
 
     def __call__(self, tensors, state):
-        arrays = [t._data for t in tensors] + self.random.draw()
+        arrays = [t._data for t in tensors] + self.random.draw(tensors)
         params = {n: state[n]._data for n in self.forward.param_names}
         (outputs, updates), saved = self.forward.run(arrays, params)
         compiled_step.write_back(updates, state)
@@ -375,9 +448,6 @@ class CompiledFunction:
         self._passes, self._disable = passes, disable
         self._options = f"backend={backend};passes={passes};disable={disable}"
         self.dynamic = dynamic
-        if dynamic:
-            warnings.warn(CompileWarning("graphnn.compile: dynamic=True is not supported yet; "
-                                         "shapes are specialised (a new shape recompiles)"))
         self.recompile_limit = recompile_limit
         self._root_hooks_fall_back = root_hooks_fall_back
         self._step_state = StepState(fn) if module is None else StepState.of_module(module)
@@ -424,10 +494,14 @@ class CompiledFunction:
         tensors, static = _flatten_call(self._signature, args, kwargs)
         state = {name: t for name, t, _ in call.bindings}
         training = bool(getattr(self._module, "training", False))
-        sig = Signature(tuple(spec_of(t) for t in tensors), static,
+        inputs = tuple(spec_of(t) for t in tensors)
+        sig = Signature((self.dynamic and with_dynamic_batch(inputs)) or inputs, static,
                         tuple((k, spec_of(t)) for k, t in state.items()),
                         training, is_grad_enabled(), call.key)
         entry = self._entries.get(sig)
+        if entry is _STATIC:  # no kernel for every batch size: one per size
+            sig = replace(sig, inputs=inputs)
+            entry = self._entries.get(sig)
         if entry is None:
             with self._lock:
                 entry = self._entries.get(sig)
@@ -440,7 +514,7 @@ class CompiledFunction:
         return entry(tensors, state)
 
     def _new_entry(self, sig, args, kwargs, tensors):
-        compiled = [s for s, e in self._entries.items() if e is not _EAGER]
+        compiled = [s for s, e in self._entries.items() if e is not _EAGER and e is not _STATIC]
         if len(compiled) >= self.recompile_limit:
             self._warn_once("limit", f"graphnn: {self.name} reached recompile_limit="
                             f"{self.recompile_limit} compiled signatures; new signatures run "
@@ -451,20 +525,32 @@ class CompiledFunction:
             message = f"graphnn: recompiling {self.name}: {describe_change(self._last, sig)}"
             log.info(message)
             self.recompile_reasons.append(message)
-        self._last = sig
         try:
-            entry = self._compile(sig, args, kwargs, tensors)
+            staged = self._stages(sig, args, kwargs, tensors)
+            fitted = self._fit_every_batch(staged, sig, args, kwargs, tensors) \
+                if sig.dynamic else None
+            if sig.dynamic and fitted is None:  # specialise this call's batch size
+                self._entries[sig] = _STATIC
+                sig = replace(sig, inputs=tuple(spec_of(t) for t in tensors))
+            if fitted is None:
+                fitted = ({stage: self._artifact(g, stage) for stage, g in staged.graphs.items()},
+                          staged.random)
+            entry = staged.make(*fitted)
+            self.compiles += 1
         except Exception as error:  # noqa: BLE001
+            self._last = sig
             self._entries[sig] = _EAGER
             result = self._eager(*args, **kwargs)  # a bad input raises eager's own error here
             warnings.warn(CompileWarning(f"graphnn: compiling {self.name} failed "
                                          f"({type(error).__name__}: {error}); running eagerly"),
                           stacklevel=4)
             return _Ran(result)
+        self._last = sig
         self._entries[sig] = entry
         return entry
 
-    def _compile(self, sig, args, kwargs, tensors):
+    def _stages(self, sig, args, kwargs, tensors) -> _Stages:
+        """Trace the call and optimize: the graphs of its kernels and how to make its entry."""
         holder, step = [], None
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -484,27 +570,69 @@ class CompiledFunction:
         if _is_random(graph):
             raise RuntimeError("the forward draws random numbers inside an op (attention "
                                "dropout); compiled code does not draw fresh seeds for it yet")
-        self.compiles += 1
         if step is not None:
             backward, changes = step
-            opt = compiled_step.step_graph(graph, backward, self._passes, self._disable)
-            entry = compiled_step.StepEntry(self._artifact(opt, "step"), random, changes,
-                                            _to_tensors)
+            graphs = {"step": compiled_step.step_graph(graph, backward, self._passes,
+                                                       self._disable)}
+
+            def make(artifacts, random_):
+                return compiled_step.StepEntry(artifacts["step"], random_, changes, _to_tensors)
         elif not sig.needs_grad:
-            opt = stages.optimized(graph, self._passes, self._disable).graph
-            entry = _Inference(self._artifact(opt, "inference"), random)
+            graphs = {"inference": stages.optimized(graph, self._passes, self._disable).graph}
+
+            def make(artifacts, random_):
+                return _Inference(artifacts["inference"], random_)
         else:
-            entry = self._compile_training(sig, graph, tensors, random)
-        entry.template = holder[0] if holder else None
-        return entry
+            graphs, make = self._training_stages(sig, graph, tensors)
+
+        def make_with_template(artifacts, random_):
+            entry = make(artifacts, random_)
+            entry.template = holder[0] if holder else None
+            return entry
+        return _Stages(graphs, random, make_with_template)
+
+    def _fit_every_batch(self, staged, sig, args, kwargs, tensors):
+        """(artifacts, random) serving every batch size >= 2, fitted on the call traced again at
+        ``PROBE_SIZES`` (the global random state is left as the call's own trace left it); None,
+        after a warning saying why, when the kernels depend on the batch size otherwise."""
+        carriers = [i for i, spec in enumerate(sig.inputs) if spec.shape[:1] == (None,)]
+        rng = get_rng_state()
+        try:
+            probes = [self._stages(sig, *_resized(args, kwargs, tensors, carriers, size))
+                      for size in PROBE_SIZES]
+            artifacts = {}
+            for stage in staged.graphs:
+                graphs = [p.graphs[stage] for p in probes]
+                plans = [compiled_step.plan_with_updates(g, stage) for g in graphs]
+                artifacts[stage] = fit_dynamic_artifact(
+                    graphs, plans, PROBE_SIZES, self._backend,
+                    [self._artifact_options(p, stage) for p in plans], self.name)
+            random = staged.random.with_batch([p.random for p in probes], PROBE_SIZES,
+                                              carriers[0])
+        except Exception as error:  # noqa: BLE001
+            shape = _shape_text(tensors[carriers[0]]._data.shape)
+            self._warn_once(("dynamic", str(error)),
+                            f"graphnn: {self.name}: dynamic=True: no kernel for every batch "
+                            f"size ({type(error).__name__}: {error}); compiling for input "
+                            f"{carriers[0]} shape {shape} only")
+            return None
+        finally:
+            set_rng_state(rng)
+        log.info("graphnn: compiled %s for every batch size B >= 2 (dim 0 of tensor inputs %s)",
+                 self.name, ", ".join(map(str, carriers)))
+        return artifacts, random
+
+    def _artifact_options(self, plan, stage) -> str:
+        writes = sorted(plan.updates.items()) if plan is not None else []
+        return f"{self._options};stage={stage};writes={writes}"
 
     def _artifact(self, graph, stage):
         plan = compiled_step.plan_with_updates(graph, stage)
-        writes = sorted(plan.updates.items()) if plan is not None else []
         return CompiledArtifact(graph, self._backend, plan=plan, name=self.name,
-                                options=f"{self._options};stage={stage};writes={writes}")
+                                options=self._artifact_options(plan, stage))
 
-    def _compile_training(self, sig, graph, tensors, random):
+    def _training_stages(self, sig, graph, tensors):
+        """The forward and backward graphs of a compiled training forward, and its entry."""
         state = dict(sig.state)
         wrt_params = [v.name for v in graph.params
                       if v.kind == "param" and state.get(v.name) and state[v.name].requires_grad]
@@ -522,10 +650,11 @@ class CompiledFunction:
         else:
             fwd, bwd, targets = _vjp_training_graphs(graph, wrt, self._passes, self._disable)
             feeds = [f"grad_output_{k}" for k in range(len(targets))]
-        forward = self._artifact(fwd, "forward")
-        backward = self._artifact(bwd, "backward")
-        return _Training(forward, backward, wrt_params, wrt_inputs, targets, feeds, self.name,
-                         random)
+
+        def make(artifacts, random):
+            return _Training(artifacts["forward"], artifacts["backward"], wrt_params, wrt_inputs,
+                             targets, feeds, self.name, random)
+        return {"forward": fwd, "backward": bwd}, make
 
     def __deepcopy__(self, memo):
         """A copy bound to the copied module (compiled again at its first call)."""

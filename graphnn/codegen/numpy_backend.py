@@ -345,7 +345,19 @@ def _group_header(graph, node, index) -> str | None:
     return f"# fused group {node.fusion}: {len(members)} nodes{where}"
 
 
-def generate(graph: Graph, plan=None) -> str:
+def _constant(data) -> str:
+    """Source for a constant array: one value filling its shape as ``_rt.filled(value, dtype,
+    shape)`` (readable, and its size is a number in the text), any other as base64 bytes."""
+    data = np.array(data, order="C")
+    shape = literal(tuple(data.shape))
+    raw = data.tobytes()
+    if data.size and data.dtype.kind in "biuf" and raw == raw[:data.itemsize] * data.size:
+        return f"_rt.filled({literal(data.flat[0].item())}, {data.dtype.name!r}, {shape})"
+    b64 = base64.b64encode(raw).decode("ascii")
+    return f"_rt.const({b64!r}, {data.dtype.name!r}, {shape})"
+
+
+def generate(graph: Graph, plan=None, kernel_id: str | None = None) -> str:
     """Python source of a module defining ``kernel(inputs, params, buffers)`` for ``graph``.
 
     From ``plan`` (a memory plan from ``plan_memory``) the backend takes the accepted in-place
@@ -353,8 +365,11 @@ def generate(graph: Graph, plan=None) -> str:
     arrays, where the statement order allows); scratch buffers come from this backend's own
     liveness-based reuse (``_Memory``): the plan gives no memory to values internal to a fusion
     group (a Triton kernel keeps them in registers), while NumPy materialises every node's
-    result, so its assignment does not fit this backend."""
-    kernel_id = hashlib.sha1(str(graph).encode()).hexdigest()[:12]
+    result, so its assignment does not fit this backend.
+
+    ``kernel_id`` names the kernel's entries in ``buffers`` (default: a digest of the graph
+    text); a caller giving each kernel its own ``buffers`` dict may pass a fixed one."""
+    kernel_id = kernel_id or hashlib.sha1(str(graph).encode()).hexdigest()[:12]
     ctx = _Context(graph, kernel_id, plan.updates if plan is not None else None)
     names = ctx.names
     body: list[str] = []
@@ -365,10 +380,7 @@ def generate(graph: Graph, plan=None) -> str:
     consts = []
     for v in graph.consts:
         ident = names.add(v.name)
-        data = np.array(v.data, order="C")
-        b64 = base64.b64encode(data.tobytes()).decode("ascii")
-        consts.append(f"{ident} = _rt.const({b64!r}, {data.dtype.name!r}, "
-                      f"{literal(tuple(data.shape))})  # const %{v.name}: {v.type}")
+        consts.append(f"{ident} = {_constant(v.data)}  # const %{v.name}: {v.type}")
     scratch_at = len(body)
     hoisted = _constant_nodes(graph)
     folded = None  # (index, node) whose result the next statement computes

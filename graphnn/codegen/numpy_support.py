@@ -36,6 +36,13 @@ def const(b64: str, dtype_name: str, shape) -> np.ndarray:
     return array
 
 
+def filled(value, dtype_name: str, shape) -> np.ndarray:
+    """A constant holding one value everywhere; read-only like ``const``'s."""
+    array = np.full(shape, value, dtype=np.dtype(dtype_name))
+    array.flags.writeable = False
+    return array
+
+
 def reference(name: str):
     """A callable running op ``name``'s reference implementation: ``f(*arrays, _out=types,
     **attrs)`` returns one array (or a tuple for multi-output ops) of exactly the IR types."""

@@ -21,6 +21,20 @@ def manual_seed(seed: int):
     return _state["generator"]
 
 
+def get_rng_state():
+    """The global generator's state (a copy), for ``set_rng_state``."""
+    with _lock:
+        return {"seed": _state["seed"], "bit_generator": _state["generator"].bit_generator.state}
+
+
+def set_rng_state(state) -> None:
+    """Put the global generator back to a state ``get_rng_state`` returned."""
+    generator = np.random.Generator(np.random.PCG64())
+    generator.bit_generator.state = state["bit_generator"]
+    with _lock:
+        _state["seed"], _state["generator"] = state["seed"], generator
+
+
 def initial_seed() -> int:
     return _state["seed"]
 

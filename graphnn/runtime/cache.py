@@ -6,7 +6,8 @@ instance or another ``compile`` call, generates nothing). The disk cache keeps t
 ``$GRAPHNN_CACHE_DIR`` (default ``~/.cache/graphnn``), one file per key, written atomically
 (temporary file + ``os.replace``). Each file starts with a header holding the sha256 of its body:
 an entry that is unreadable, truncated or altered fails that check (or fails to load) and is
-regenerated and rewritten, never trusted.
+regenerated and rewritten, never trusted. ``get_source`` is the same lookup for a source that
+is not loaded as it is (the probes a dynamic kernel is fitted from).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ class CacheStats:
 
 stats = CacheStats()
 _memory: dict = {}  # key -> (source, kernel)
+_sources: dict = {}  # key -> source (``get_source``: generated, not loaded)
 _lock = threading.Lock()
 
 
@@ -128,6 +130,29 @@ def get_kernel(graph, backend, plan=None, options: str = ""):
     return source, kernel
 
 
+def get_source(graph, backend, plan=None, options: str = "", kernel_id=None) -> str:
+    """The source for ``graph`` without loading it (a dynamic kernel's probes, see
+    ``dynamic_artifact``): from memory, from disk (checksum verified), or generated with
+    ``kernel_id`` (then stored)."""
+    key = cache_key(str(graph), backend.BACKEND_VERSION, f"{options};kernel_id={kernel_id}")
+    with _lock:
+        hit = _sources.get(key)
+    if hit is not None:
+        stats.memory_hits += 1
+        return hit
+    source = read_source(key)
+    if source is not None:
+        stats.disk_hits += 1
+    else:
+        source = backend.generate(graph, plan, kernel_id=kernel_id)
+        stats.generated += 1
+        write_source(key, source)
+    with _lock:
+        _sources[key] = source
+    return source
+
+
 def clear_memory() -> None:
     with _lock:
         _memory.clear()
+        _sources.clear()

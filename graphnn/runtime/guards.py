@@ -4,7 +4,9 @@ A call's signature holds, per tensor input, its shape, dtype and ``requires_grad
 non-tensor arguments (specialised at trace time, so part of the key); per parameter/buffer its
 shape, dtype and ``requires_grad``; the module's training flag and the grad mode. Two calls with
 equal signatures can run the same kernel. ``describe_change`` says, readably, why a new
-signature needed a recompile (``input 0 shape [32,3,32,32] -> [16,3,32,32]``).
+signature needed a recompile (``input 0 shape [32,3,32,32] -> [16,3,32,32]``). With
+``dynamic=True`` the batch dimension is left open (``None``, printed ``B``) by
+``with_dynamic_batch``, so one signature covers every batch size.
 """
 from __future__ import annotations
 
@@ -36,6 +38,11 @@ class Signature:
     context: tuple = ()  # a traced function's other specialisations (optimizer settings...)
 
     @property
+    def dynamic(self) -> bool:
+        """The batch dimension is left open (``compile(..., dynamic=True)``)."""
+        return any(s.shape[:1] == (None,) for s in self.inputs)
+
+    @property
     def needs_grad(self) -> bool:
         """A compiled training forward is needed: grad mode on and something requires grad."""
         return self.grad_enabled and (any(s.requires_grad for s in self.inputs)
@@ -57,7 +64,18 @@ def spec_of(tensor) -> TensorSpec:
 
 
 def _shape(shape) -> str:
-    return "[" + ",".join(str(d) for d in shape) + "]"
+    return "[" + ",".join("B" if d is None else str(d) for d in shape) + "]"
+
+
+def with_dynamic_batch(specs: tuple, smallest: int = 2):
+    """``specs`` with the batch dimension left open (``None``, shown as ``B``): dim 0 of every
+    input whose dim 0 equals that of the first input with a dimension, when that size is at
+    least ``smallest``; None when there is no such batch dimension."""
+    batch = next((s.shape[0] for s in specs if s.shape), None)
+    if batch is None or batch < smallest:
+        return None
+    return tuple(TensorSpec((None,) + s.shape[1:], s.dtype, s.requires_grad)
+                 if s.shape and s.shape[0] == batch else s for s in specs)
 
 
 def _spec_changes(what: str, old: TensorSpec, new: TensorSpec) -> list:

@@ -6,7 +6,9 @@ from __future__ import annotations
 BACKEND_VERSION = "reference-1"
 
 
-def generate(graph, plan=None) -> str:
+def generate(graph, plan=None, kernel_id=None) -> str:
+    """The kernel runs ``graph`` in the interpreter (it keeps no buffers: ``plan`` and
+    ``kernel_id`` are not used)."""
     return ("from graphnn.ir import interpret, parse\n"
             f"GRAPH = parse({str(graph)!r})\n\n\n"
             "def kernel(inputs, params, buffers):\n"

@@ -1,0 +1,140 @@
+"""A compiled artifact for every batch size (``compile(..., dynamic=True)``).
+
+``fit_dynamic_artifact(graphs, sizes, backend, ...)`` takes one stage's graph as traced and
+optimized at three probe batch sizes, generates each one's source (through the cache) and fits
+a ``ShapeTemplate`` over them, plus the shape of each graph input as linear forms of the batch
+size; it raises ``NotGeneric`` when the sources or the inputs differ in more than sizes.
+
+``DynamicArtifact.run(arrays, params)`` reads the batch size off the inputs (the first input
+dimension that depends on it), checks every input against its forms (a ``GuardError`` naming the
+input and the size it was measured from), and runs the kernel for that size: the template's text
+for the size, loaded once and kept for the ``KEPT_SIZES`` sizes used last, with scratch buffers
+per thread and per size. No tracing, pass or code generation runs for a new size.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from . import cache
+from .guards import GuardError, TensorSpec, check_inputs
+from .shape_template import LinearSize, NotGeneric, ShapeTemplate
+
+KERNEL_ID = "dynamic"  # each size has its own buffers dict, so one fixed id serves them all
+KEPT_SIZES = 8  # kernels and scratch buffers kept per artifact (least recently used dropped)
+SMALLEST = 2  # sizes 0 and 1 are not served (broadcasting may treat them differently)
+
+
+def _input_forms(graphs, sizes) -> list:
+    """Per graph input: (dtype name, one LinearSize per dimension)."""
+    forms = []
+    for i, values in enumerate(zip(*(g.inputs for g in graphs))):
+        shapes = [tuple(v.type.shape) for v in values]
+        if len({len(s) for s in shapes}) != 1 or len({v.type.dtype.name for v in values}) != 1:
+            raise NotGeneric(f"input '{values[0].name}' changes rank or dtype with the batch size")
+        dims = []
+        for d, sizes_d in enumerate(zip(*shapes)):
+            form = LinearSize.fit(list(sizes_d), sizes)
+            if form is None:
+                raise NotGeneric(f"input '{values[0].name}' dimension {d} is not a linear "
+                                 f"function of the batch size ({sizes_d})")
+            dims.append(form)
+        forms.append((values[0].type.dtype.name, tuple(dims)))
+    if not any(f.a for _, dims in forms for f in dims):
+        raise NotGeneric("no input of the graph carries the batch size")
+    return forms
+
+
+def fit_dynamic_artifact(graphs, plans, sizes, backend, options, name=""):
+    """The DynamicArtifact of one stage from its graphs, memory plans and cache options
+    (one each) at ``sizes``."""
+    names = [[v.name for v in g.inputs] for g in graphs]
+    if any(n != names[0] for n in names[1:]):
+        raise NotGeneric("the graph's inputs differ between batch sizes")
+    sources = [cache.get_source(g, backend, p, o, KERNEL_ID)
+               for g, p, o in zip(graphs, plans, options)]
+    template = ShapeTemplate.fit(sources, sizes, f"the kernel of {graphs[0].name}")
+    return DynamicArtifact(graphs[0], backend, template, _input_forms(graphs, sizes), name)
+
+
+def _shape(dims, symbol="B") -> str:
+    return "[" + ",".join(d.render(symbol) for d in dims) + "]"
+
+
+class DynamicArtifact:
+    """One stage's kernel for every batch size (see the module docstring). ``graph`` is one
+    probe's graph: its input, parameter and output names are those of every size."""
+
+    def __init__(self, graph, backend, template, input_forms, name=""):
+        self.graph = graph
+        self.name = name or graph.name
+        self.template = template
+        self.source = template.render()  # for people: sizes written with B
+        self.input_forms = input_forms
+        self.param_names = [v.name for v in graph.params]
+        self._carrier = next((i, d) for i, (_, dims) in enumerate(input_forms)
+                             for d, f in enumerate(dims) if f.a)  # (input, dim) holding B
+        self._backend = backend
+        self._kernels = OrderedDict()  # size -> kernel
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self.calls = 0
+
+    def size_of(self, arrays) -> int:
+        """The batch size the inputs carry (read off the first input dimension that depends on
+        it); raises GuardError when an input does not fit its forms at that size."""
+        where = f"compiled {self.name}"
+        if len(arrays) != len(self.input_forms):
+            raise GuardError(f"{where}: expected {len(self.input_forms)} tensor inputs, got "
+                             f"{len(arrays)}")
+        i, d = self._carrier
+        shape = tuple(getattr(arrays[i], "shape", ()))
+        dims = self.input_forms[i][1]
+        size = dims[d].solve(shape[d]) if len(shape) == len(dims) else None
+        if size is None or size < SMALLEST:
+            raise GuardError(f"{where}: input {i} expected shape {_shape(dims)} with a batch "
+                             f"size B >= {SMALLEST}, got shape {list(shape)}")
+        concrete = [TensorSpec(tuple(f.at(size) for f in dims), dtype, False)
+                    for dtype, dims in self.input_forms]
+        try:
+            check_inputs(concrete, arrays, where)
+        except GuardError as error:
+            raise GuardError(f"{error} (B={size}, read off input {i}; expected shapes "
+                             f"{', '.join(_shape(d) for _, d in self.input_forms)})") from None
+        return size
+
+    def kernel_for(self, size: int):
+        """The loaded kernel for ``size`` (made from the template on first use)."""
+        with self._lock:
+            kernel = self._kernels.get(size)
+            if kernel is not None:
+                self._kernels.move_to_end(size)
+                return kernel
+        kernel = self._backend.load(self.template.instantiate(size))
+        with self._lock:
+            self._kernels[size] = kernel
+            while len(self._kernels) > KEPT_SIZES:
+                self._kernels.popitem(last=False)
+        return kernel
+
+    def _buffers(self, size: int) -> dict:
+        by_size = getattr(self._local, "by_size", None)
+        if by_size is None:
+            by_size = self._local.by_size = OrderedDict()
+        buffers = by_size.get(size)
+        if buffers is None:
+            buffers = by_size[size] = {}
+            while len(by_size) > KEPT_SIZES:
+                by_size.popitem(last=False)
+        else:
+            by_size.move_to_end(size)
+        return buffers
+
+    def run(self, arrays, params: dict):
+        size = self.size_of(arrays)
+        kernel = self.kernel_for(size)
+        self.calls += 1
+        return kernel(list(arrays), params, self._buffers(size))
+
+    def __repr__(self):
+        return f"<DynamicArtifact {self.name}: {len(self.input_forms)} inputs, B >= {SMALLEST}>"
