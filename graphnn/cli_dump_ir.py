@@ -1,18 +1,23 @@
 """``graphnn dump-ir TARGET --input SHAPE[:DTYPE] ...``: trace a model and print its IR at a
 stage of the compiler: ``traced``, ``optimized`` (after the pass pipeline), ``backward``
 (the training graph's backward half) or ``kernels`` (the generated NumPy source), optionally
-as it was after one pass, or as the diffs each pass made. A training-step function (it calls
+as it was after one pass, or as the diffs each pass made; ``--dynamic`` prints the kernels for
+every batch size. A training-step function (it calls
 ``loss.backward()`` or steps an optimizer) is shown as ``graphnn.compile`` compiles it."""
 from __future__ import annotations
 
 import argparse
 import sys
 import traceback
+import warnings
 
 from . import GraphnnError, stages
+from .compiler import CompileWarning
+from .compiler import compile as compile_fn
 from .compiled_step import plan_with_updates, step_graph
 from .codegen import numpy_backend
 from .cli_target import UsageError, add_target_arguments, fail, prepare_target, traced_target
+from .frontend.grad_mode import no_grad
 from .ir import Graph
 from .passes.pipeline import PIPELINE
 
@@ -27,6 +32,7 @@ examples:
   graphnn dump-ir examples/models.py:SmallCNN --input 8x3x32x32 --after fuse_epilogue
   graphnn dump-ir examples/models.py:make_mlp --input 4x20 --stage backward
   graphnn dump-ir examples/models.py:make_mlp --input 4x20 --stage kernels
+  graphnn dump-ir examples/models.py:make_mlp --input 4x20 --stage kernels --dynamic
   graphnn dump-ir examples/models.py:attention --input 2x5x16 --input 2x5x16 --input 2x5x16
   graphnn dump-ir examples/models.py:train_step --input 4x20 --input 4:int64 --stage optimized
   graphnn dump-ir mypackage.models:Net --input 16x100:int64 --format json -o net.json
@@ -72,6 +78,10 @@ def add_parser(commands) -> None:
                    help="print the unified diff each pass made (only PASS's with --after)")
     p.add_argument("--format", choices=list(FORMATS), default="text",
                    help="text (the IR's text form, the default), json or dot (Graphviz)")
+    p.add_argument("--dynamic", action="store_true",
+                   help="with --stage kernels: the kernel graphnn.compile(..., dynamic=True) "
+                        "builds for every batch size (sizes written with B); the target is "
+                        "compiled and called once with the example inputs")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
 
 
@@ -128,12 +138,40 @@ def _staged_text(graph: Graph, args) -> str:
     return FORMATS[args.format](final)
 
 
+def _dynamic_text(callee, inputs, step, args) -> str:
+    """The kernel ``compile(callee, dynamic=True)`` builds at its first call with ``inputs``
+    (a model runs under no_grad, as the inference kernel; a training step takes one step).
+    A target whose kernels do not fit every batch size is an error saying why."""
+    if args.stage != "kernels" or args.after or args.diff or args.format != "text":
+        raise UsageError("--dynamic prints the kernel for every batch size: it needs --stage "
+                         "kernels and takes no --after, --diff or --format")
+    compiled = compile_fn(callee, dynamic=True, passes=_names(args.passes),
+                          disable=_names(args.disable))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CompileWarning)
+        if step is None:
+            with no_grad():
+                compiled(*inputs)
+        else:
+            compiled(*inputs)
+    for w in caught:
+        if issubclass(w.category, CompileWarning):
+            raise GraphnnError(str(w.message))
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return next(iter(compiled.kernel_sources().values()))
+
+
 def run(args) -> int:
     callee = None
     try:
         name, callee, inputs = prepare_target(args)
         graph, step = traced_target("dump-ir", name, callee, inputs)
-        text = _staged_text(graph, args) if step is None else _step_text(graph, step, args)
+        if args.dynamic:
+            text = _dynamic_text(callee, inputs, step, args)
+        elif step is None:
+            text = _staged_text(graph, args)
+        else:
+            text = _step_text(graph, step, args)
         if args.output:
             try:
                 with open(args.output, "w", encoding="utf-8") as f:

@@ -6,7 +6,9 @@ recompile_limit=8)`` returns a ``CompiledFunction``. Its first call for a signat
 parameters' types, train/eval mode and grad mode) traces the forward, optimizes the graph
 (``stages``), plans memory, and loads a kernel through the caches; later calls with that
 signature run the kernel directly and return graphnn Tensors. Parameters are read from the
-module at every call, so optimizer steps are seen.
+module at every call, so optimizer steps are seen. With ``dynamic=True`` the batch dimension is
+left out of the signature and each stage's kernel is fitted over the call traced at
+``PROBE_SIZES`` (``runtime.dynamic_artifact``), so one entry serves every batch size >= 2.
 
 Training: with grad mode on and a parameter or input requiring grad, the traced forward is
 differentiated (autodiff with respect to those), the joint graph optimized and partitioned;

@@ -33,6 +33,10 @@ def make(width):
 
 model = nn.Sequential(nn.Linear(4, 2), nn.Sigmoid())
 not_a_model = 3
+
+def offsets(x):
+    import graphnn
+    return x + graphnn.arange(x.shape[0], dtype=graphnn.float32)[:, None]
 '''
 
 SUBPROCESS = {
@@ -245,3 +249,22 @@ def test_training_step_function_is_dumped_as_compile_traces_it(capsys, monkeypat
     assert "step_model.0.weight.grad" in kernels.stdout
     message = _error(_in_process(STEP + ["--stage", "backward"], capsys), 2)
     assert "training step" in message
+
+
+def test_dynamic_kernels_are_written_with_the_batch_size(capsys, monkeypatch, tmp):
+    monkeypatch.chdir(ROOT)
+    model = _in_process([f"{MODELS}:make_mlp", "--input", "4x20", "--stage", "kernels",
+                         "--dynamic"], capsys)
+    assert model.returncode == 0, model.stderr
+    assert "v_input = inputs[0]  # input %input: f32[B,20]" in model.stdout
+    assert "(((B, 64), 'float32')" in model.stdout and "[4," not in model.stdout
+    step = _in_process(STEP + ["--stage", "kernels", "--dynamic"], capsys)
+    assert step.returncode == 0, step.stderr
+    assert "# input %labels: i64[B]" in step.stdout and ".reshape((B, 1))" in step.stdout
+    not_generic = _error(_in_process([f"{tmp}/needs_args.py:offsets", "--input", "4x3",
+                                      "--stage", "kernels", "--dynamic"], capsys), 1)
+    assert "no kernel for every batch size" in not_generic
+    assert "_rt.const(" in not_generic and "f32[11,1]" in not_generic
+    usage = _error(_in_process([f"{MODELS}:make_mlp", "--input", "4x20", "--dynamic"], capsys),
+                   2)
+    assert "--dynamic prints the kernel for every batch size: it needs --stage kernels" in usage

@@ -16,6 +16,7 @@ form alone, used for the inputs' shapes.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -151,11 +152,14 @@ class ShapeTemplate:
 
     @staticmethod
     def _first_difference(texts, split, numbers) -> str:
+        """The line of ``texts[0]`` where its text first differs from another's."""
         for k, segment in enumerate(split[0]):
             for other in split[1:]:
                 if k >= len(other) or other[k] != segment:
+                    theirs = other[k] if k < len(other) else ""
+                    same = len(os.path.commonprefix([segment, theirs]))
                     position = sum(len(p) for p in split[0][:k]) + \
-                        sum(len(n) for n in numbers[:k]) + len(segment) // 2
+                        sum(len(n) for n in numbers[:k]) + min(same, len(segment) - 1)
                     return f"'{_line_of(texts[0], position)}'"
         return "(more numbers in one of them)"
 
