@@ -566,3 +566,46 @@ def test_state_updates_are_written_in_place_only_when_no_later_statement_reads_t
     assert written == (read_after is None and new_name in plan.updates), source
     if not written:
         np.testing.assert_array_equal(params["w"], w)  # the parameter is left alone
+
+
+@pytest.mark.parametrize("finite", [True, False])
+def test_weight_gradients_use_the_forward_convolution_columns(finite):
+    """In a whole training step the weight gradient of a stride-1 convolution reads the im2col
+    columns its forward built in the same call (not built twice), with the eager step's
+    result (an infinite pixel in an image the loss does not read gives the eager NaN
+    pattern: NaN only in the weights that multiply it)."""
+    import copy
+
+    from graphnn import nn, optim
+
+    graphnn.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(),
+                          nn.Conv2d(8, 16, 3, padding=1, bias=False),
+                          nn.Conv2d(16, 8, 3, stride=2))
+    twin = copy.deepcopy(model)
+
+    def stepper(m):
+        opt = optim.SGD(m.parameters(), lr=0.1)
+
+        def step(x):
+            opt.zero_grad()
+            loss = m(x)[0].square().mean()
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+
+    compiled, eager = graphnn.compile(stepper(model)), stepper(twin)
+    x = graphnn.randn(3, 4, 9, 9)
+    if not finite:
+        x[1, 2, 4, 0] = float("inf")  # column 0: the wide columns also reach it
+    for _ in range(2 if finite else 1):
+        compiled(x)
+        eager(x)
+    source = compiled.kernel_sources()["step"]
+    assert source.count("columns=") == 3  # each weight gradient names its forward's columns
+    for ours, theirs in zip(model.parameters(), twin.parameters()):
+        np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-5,
+                                   atol=1e-6, equal_nan=True)
+    first = model[0].weight.detach().numpy()
+    assert np.isnan(first).any() != finite and not np.isnan(first).all()

@@ -156,12 +156,32 @@ def _conv2d_wide(x, w, bias, residual, padding, dilation, groups, activation, ou
 
 # ---- gradients -----------------------------------------------------------------------------------
 
+def _shared_columns(x, kh, kw, padding, buffers, columns):
+    """The wide columns of ``x`` that the forward convolution keyed ``columns`` built earlier
+    in this kernel call (its first C*kh*kw rows; it may carry a row of ones after them), or
+    None when there are none of the right shape."""
+    if columns is None:
+        return None
+    cols = buffers.get(columns + ".wcols")
+    n, c, h, wd = x.shape
+    rows = c * kh * kw
+    span = (h + 2 * padding[0] - (kh - 1)) * (wd + 2 * padding[1])
+    if cols is None or cols.dtype != x.dtype or cols.shape[0] not in (rows, rows + 1) or \
+            cols.shape[1:] != (n, span):
+        return None
+    return cols[:rows]
+
+
 def conv2d_weight_grad(x, g, *, weight_shape, stride, padding, dilation, groups, out=None,
-                       buffers=None, key="convw"):
+                       buffers=None, key="convw", columns=None):
     """dW = g @ im2col(x)^T summed over the batch. Stride 1, when ``g`` is smaller than the
     columns (widening it is a copy of ``g``): one GEMM per group over wide columns, with the
     gradient widened by zero columns (the spare columns add exact zeros; next to a
-    non-finite input they are zeroed first). Otherwise a batched GEMM and a sum."""
+    non-finite input they are zeroed first). Otherwise a batched GEMM and a sum.
+
+    ``columns``: the key of a forward convolution of this same ``x`` (same geometry, dilation
+    1) that ran earlier in this kernel call; its wide columns, still in ``buffers``, are used
+    instead of building them again. The caller guarantees that nothing else wrote them."""
     buffers = {} if buffers is None else buffers
     n = x.shape[0]
     o, cg, kh, kw = weight_shape
@@ -171,7 +191,12 @@ def conv2d_weight_grad(x, g, *, weight_shape, stride, padding, dilation, groups,
         out = np.empty(tuple(weight_shape), x.dtype)
     dw = out.reshape(groups, o // groups, k)
     if tuple(stride) == (1, 1) and o < x.shape[1] * kh * kw:
-        cols, wp = _wide_columns(x, kh, kw, padding, dilation, False, buffers, key)
+        cols = _shared_columns(x, kh, kw, padding, buffers, columns) \
+            if tuple(dilation) == (1, 1) else None
+        if cols is None:
+            cols, wp = _wide_columns(x, kh, kw, padding, dilation, False, buffers, key)
+        else:
+            wp = x.shape[3] + 2 * padding[1]
         if not _all_finite(x):  # 0 * inf is NaN: the spare columns must hold zeros
             cols.reshape(len(cols), n, ho, wp)[..., wo:] = 0
         gw = scratch(buffers, key + ".gwide", (o, n, ho, wp), x.dtype, fill=0)

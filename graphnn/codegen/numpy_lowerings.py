@@ -307,14 +307,34 @@ def _conv2d_epilogue(node, args, ctx):
     return _conv(node, x, w, bias, residual, node.attrs["activation"], ctx)
 
 
+def _forward_columns(node, ctx) -> str:
+    """``, columns='key'`` naming the forward convolution of the same input, same geometry
+    and kernel size, scheduled earlier in this kernel, whose im2col columns a weight gradient
+    can use (``numpy_conv.conv2d_weight_grad``); ``""`` when there is none. Only the forward
+    convolution writes the columns under its key, and it runs once per kernel call."""
+    x = node.inputs[0]
+
+    def geometry(n):
+        return [tuple(n.attrs[k]) if isinstance(n.attrs[k], (list, tuple)) else n.attrs[k]
+                for k in ("stride", "padding", "dilation", "groups")]
+    for reader in ctx.readers(x):
+        if reader.op in ("conv2d", "conv2d_epilogue") and reader.inputs[0] is x and \
+                ctx.position(reader) < ctx.position(node) and \
+                tuple(reader.inputs[1].type.shape) == tuple(node.attrs["weight_shape"]) and \
+                geometry(reader) == geometry(node):
+            return f", columns={ctx.scratch_key(reader)!r}"
+    return ""
+
+
 def _conv_grad(kind):
     def lower(node, args, ctx):
         if not _gemm_ok(node):
             return None
         attrs = ", ".join(f"{k}={tuple(v) if isinstance(v, (list, tuple)) else v!r}"
                           for k, v in node.attrs.items())
+        shared = _forward_columns(node, ctx) if kind == "weight" else ""
         return f"_rt.conv2d_{kind}_grad({', '.join(args)}, {attrs}{ctx.out_arg(node)}, " \
-               f"buffers=buffers, key={ctx.scratch_key(node)!r})"
+               f"buffers=buffers, key={ctx.scratch_key(node)!r}{shared})"
     return lower
 
 
