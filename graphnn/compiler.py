@@ -36,6 +36,7 @@ import copy
 import functools
 import inspect
 import logging
+import re
 import threading
 import types
 import warnings
@@ -64,7 +65,7 @@ from .runtime.artifact import CompiledArtifact
 from .runtime.backends import get_backend
 from .runtime.dynamic_artifact import fit_dynamic_artifact
 from .runtime.guards import Signature, describe_change, spec_of, with_dynamic_batch
-from .runtime.shape_template import LinearSize, NotGeneric
+from .runtime.shape_template import LinearSize, NotGeneric, ShapeTemplate
 from .step_state import StepState
 
 log = logging.getLogger("graphnn")
@@ -81,6 +82,14 @@ _STATIC = "static"  # a dynamic signature entry: compile per batch size instead
 PROBE_SIZES = (11, 13, 17)  # batch sizes a dynamic kernel is fitted on (primes: rarely other dims)
 
 
+_SOURCE_LOCATION = re.compile(r' at "(?:[^"\\]|\\.)*"')
+
+
+def _program_text(graph) -> str:
+    """A traced graph's text without source locations (a module's lines name its caller's)."""
+    return _SOURCE_LOCATION.sub("", str(graph))
+
+
 def _shape_text(shape) -> str:
     return "[" + ",".join(map(str, shape)) + "]"
 
@@ -94,6 +103,22 @@ class _Stages:
     graphs: dict
     random: "_Random"
     make: object
+    program: str  # the traced graph's text, before any pass
+
+
+class _EveryBatch:
+    """A dynamic signature's entry: ``inner`` runs the kernels fitted for every batch size;
+    ``program`` is the traced graph's text fitted the same way. A batch size is run once its
+    own trace is ``program`` written out for it (``checked``); otherwise (``rejected``: Python
+    code that depends on the size in a way the probe sizes did not show, as ``x[:20]``) it is
+    compiled on its own."""
+
+    def __init__(self, inner, program, carrier):
+        self.inner, self.program, self.carrier = inner, program, carrier
+        self.checked, self.rejected = set(), set()
+
+    def __call__(self, tensors, state):
+        return self.inner(tensors, state)
 
 
 class _Ran:
@@ -127,16 +152,22 @@ class _Random:
     With ``shapes`` (``with_batch``), each value's shape follows the call's batch size, read
     off dim 0 of the call's tensor number ``carrier``."""
 
-    def __init__(self, specs, shapes=None, carrier=None):
+    def __init__(self, specs, shapes=None, carrier=None, traced=True):
         self.specs = specs  # (op, attrs, TensorType) per lifted input
         self.shapes, self.carrier = shapes, carrier  # one LinearSize per dim, per spec
-        self._traced = True  # the compiling call uses the seeds its trace drew
+        self._traced = traced  # the next call uses the seeds a trace drew (the compiling one)
         self._lock = threading.Lock()
 
+    def use_traced_seeds(self, compiling) -> None:
+        """The next draw takes the values of ``compiling`` (the compiling call's own list,
+        whose trace drew the seeds eager would have) instead of fresh ones."""
+        self.specs, self._traced = list(compiling.specs), True
+
     def with_batch(self, probes, sizes, carrier):
-        """This list for every batch size, from the same lists traced at ``sizes``."""
+        """This list (a probe's) for every batch size, from the lists traced at ``sizes``;
+        it draws fresh seeds from its first call on."""
         if not self.specs:
-            return self
+            return _Random([], traced=False)
         if any([(op, set(a)) for op, a, _ in p.specs] != [(op, set(a)) for op, a, _ in self.specs]
                for p in probes):
             raise NotGeneric("the random values drawn differ between batch sizes")
@@ -147,7 +178,7 @@ class _Random:
             if None in forms or (any(f.a for f in forms) and "shape" not in attrs):
                 raise NotGeneric(f"random values of shapes {traced} at batch sizes {sizes}")
             shapes.append(forms)
-        return _Random(self.specs, shapes, carrier)
+        return _Random(self.specs, shapes, carrier, traced=False)
 
     def draw(self, tensors) -> list:
         if not self.specs:
@@ -501,8 +532,9 @@ class CompiledFunction:
                         tuple((k, spec_of(t)) for k, t in state.items()),
                         training, is_grad_enabled(), call.key)
         entry = self._entries.get(sig)
-        if entry is _STATIC:  # no kernel for every batch size: one per size
-            sig = replace(sig, inputs=inputs)
+        if entry is _STATIC or (isinstance(entry, _EveryBatch) and
+                                not self._same_program(entry, args, kwargs, tensors)):
+            sig = replace(sig, inputs=inputs)  # this batch size gets a kernel of its own
             entry = self._entries.get(sig)
         if entry is None:
             with self._lock:
@@ -529,15 +561,14 @@ class CompiledFunction:
             self.recompile_reasons.append(message)
         try:
             staged = self._stages(sig, args, kwargs, tensors)
-            fitted = self._fit_every_batch(staged, sig, args, kwargs, tensors) \
+            entry = self._every_batch(staged, sig, args, kwargs, tensors) \
                 if sig.dynamic else None
-            if sig.dynamic and fitted is None:  # specialise this call's batch size
-                self._entries[sig] = _STATIC
-                sig = replace(sig, inputs=tuple(spec_of(t) for t in tensors))
-            if fitted is None:
-                fitted = ({stage: self._artifact(g, stage) for stage, g in staged.graphs.items()},
-                          staged.random)
-            entry = staged.make(*fitted)
+            if entry is None or not entry.checked:  # this call's batch size: its own kernel
+                if sig.dynamic:
+                    self._entries[sig] = _STATIC if entry is None else entry
+                    sig = replace(sig, inputs=tuple(spec_of(t) for t in tensors))
+                entry = staged.make({stage: self._artifact(g, stage)
+                                     for stage, g in staged.graphs.items()}, staged.random)
             self.compiles += 1
         except Exception as error:  # noqa: BLE001
             self._last = sig
@@ -551,9 +582,10 @@ class CompiledFunction:
         self._entries[sig] = entry
         return entry
 
-    def _stages(self, sig, args, kwargs, tensors) -> _Stages:
-        """Trace the call and optimize: the graphs of its kernels and how to make its entry."""
-        holder, step = [], None
+    def _trace(self, args, kwargs, holder):
+        """Trace one call: (its graph with random values lifted, their ``_Random``, and for a
+        training step its backward request and slot changes, else None)."""
+        step = None
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             traced, changes = compiled_step.trace_function(
@@ -572,6 +604,13 @@ class CompiledFunction:
         if _is_random(graph):
             raise RuntimeError("the forward draws random numbers inside an op (attention "
                                "dropout); compiled code does not draw fresh seeds for it yet")
+        return graph, random, step
+
+    def _stages(self, sig, args, kwargs, tensors) -> _Stages:
+        """Trace the call and optimize: the graphs of its kernels and how to make its entry."""
+        holder = []
+        graph, random, step = self._trace(args, kwargs, holder)
+        program = _program_text(graph)
         if step is not None:
             backward, changes = step
             graphs = {"step": compiled_step.step_graph(graph, backward, self._passes,
@@ -591,17 +630,51 @@ class CompiledFunction:
             entry = make(artifacts, random_)
             entry.template = holder[0] if holder else None
             return entry
-        return _Stages(graphs, random, make_with_template)
+        return _Stages(graphs, random, make_with_template, program)
 
-    def _fit_every_batch(self, staged, sig, args, kwargs, tensors):
-        """(artifacts, random) serving every batch size >= 2, fitted on the call traced again at
-        ``PROBE_SIZES`` (the global random state is left as the call's own trace left it); None,
-        after a warning saying why, when the kernels depend on the batch size otherwise."""
+    def _same_program(self, entry, args, kwargs, tensors) -> bool:
+        """Whether this call's batch size may run ``entry`` (an ``_EveryBatch``): decided at
+        the first call of each size by tracing it (no passes, no code generation; the global
+        random state is left as it was) and comparing the graph with the fitted one."""
+        size = tensors[entry.carrier]._data.shape[0]
+        if size in entry.checked:
+            return True
+        with self._lock:
+            if size in entry.checked or size in entry.rejected:
+                return size in entry.checked
+            rng = get_rng_state()
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    graph, _, _ = self._trace(args, kwargs, [])
+                mismatch = entry.program.mismatch(_program_text(graph), size)
+            except Exception as error:  # noqa: BLE001
+                mismatch = f"{type(error).__name__}: {error}"
+            finally:
+                set_rng_state(rng)
+            if mismatch:
+                entry.rejected.add(size)
+                log.info("graphnn: %s: batch size %d traces another graph than the one fitted "
+                         "for every batch size (%s); it is compiled on its own", self.name,
+                         size, mismatch)
+                return False
+            entry.checked.add(size)
+            return True
+
+    def _every_batch(self, staged, sig, args, kwargs, tensors):
+        """An ``_EveryBatch`` entry serving every batch size >= 2, fitted on the call traced
+        again at ``PROBE_SIZES`` (the global random state is left as the call's own trace left
+        it); its ``checked`` is empty when this call's own graph is not the fitted one (its
+        size gets a kernel of its own). None, after a warning saying why, when the kernels
+        depend on the batch size in a way that cannot be fitted."""
         carriers = [i for i, spec in enumerate(sig.inputs) if spec.shape[:1] == (None,)]
+        size = tensors[carriers[0]]._data.shape[0]
         rng = get_rng_state()
         try:
-            probes = [self._stages(sig, *_resized(args, kwargs, tensors, carriers, size))
-                      for size in PROBE_SIZES]
+            probes = [self._stages(sig, *_resized(args, kwargs, tensors, carriers, probe))
+                      for probe in PROBE_SIZES]
+            program = ShapeTemplate.fit([p.program for p in probes], PROBE_SIZES,
+                                        "the traced graph")
             artifacts = {}
             for stage in staged.graphs:
                 graphs = [p.graphs[stage] for p in probes]
@@ -609,20 +682,30 @@ class CompiledFunction:
                 artifacts[stage] = fit_dynamic_artifact(
                     graphs, plans, PROBE_SIZES, self._backend,
                     [self._artifact_options(p, stage) for p in plans], self.name)
-            random = staged.random.with_batch([p.random for p in probes], PROBE_SIZES,
-                                              carriers[0])
+            random = probes[0].random.with_batch([p.random for p in probes], PROBE_SIZES,
+                                                 carriers[0])
         except Exception as error:  # noqa: BLE001
-            shape = _shape_text(tensors[carriers[0]]._data.shape)
             self._warn_once(("dynamic", str(error)),
                             f"graphnn: {self.name}: dynamic=True: no kernel for every batch "
                             f"size ({type(error).__name__}: {error}); compiling for input "
-                            f"{carriers[0]} shape {shape} only")
+                            f"{carriers[0]} shape {_shape_text(tensors[carriers[0]].shape)} "
+                            f"only")
             return None
         finally:
             set_rng_state(rng)
+        entry = _EveryBatch(probes[0].make(artifacts, random), program, carriers[0])
+        mismatch = program.mismatch(staged.program, size)
+        if mismatch:
+            entry.rejected.add(size)
+            log.info("graphnn: %s: batch size %d traces another graph than the one fitted for "
+                     "every batch size (%s); it is compiled on its own", self.name, size,
+                     mismatch)
+        else:
+            entry.checked.add(size)
+            random.use_traced_seeds(staged.random)
         log.info("graphnn: compiled %s for every batch size B >= 2 (dim 0 of tensor inputs %s)",
                  self.name, ", ".join(map(str, carriers)))
-        return artifacts, random
+        return entry
 
     def _artifact_options(self, plan, stage) -> str:
         writes = sorted(plan.updates.items()) if plan is not None else []
@@ -677,6 +760,7 @@ class CompiledFunction:
         entry = self._entries.get(self._last)
         if entry is None or entry is _EAGER:
             return {}
+        entry = getattr(entry, "inner", entry)  # a dynamic signature's kernels
         if isinstance(entry, _Training):
             return {"forward": entry.forward.source, "backward": entry.backward.source}
         return {"step" if isinstance(entry, compiled_step.StepEntry) else "inference":

@@ -352,7 +352,9 @@ def _constant(data) -> str:
     shape = literal(tuple(data.shape))
     raw = data.tobytes()
     if data.size and data.dtype.kind in "biuf" and raw == raw[:data.itemsize] * data.size:
-        return f"_rt.filled({literal(data.flat[0].item())}, {data.dtype.name!r}, {shape})"
+        value = data.flat[0].item()
+        if value == value:  # a NaN keeps its sign and payload only as bytes
+            return f"_rt.filled({literal(value)}, {data.dtype.name!r}, {shape})"
     b64 = base64.b64encode(raw).decode("ascii")
     return f"_rt.const({b64!r}, {data.dtype.name!r}, {shape})"
 

@@ -5,8 +5,9 @@ The same graph traced at three batch sizes generates three texts (sources, graph
 differ only in numbers. ``ShapeTemplate.fit(texts, sizes)`` lines them up: the text between
 numbers must be identical in all three, and each number either is the same in all of them or
 is a function of the size that reproduces all three exactly: ``a*B + c`` for integers (a shape,
-a flattened length, an element count), ``k/B`` or ``a*B + c`` for floats (a mean's scale),
-fitted on two sizes and checked on the third. Anything else (a constant whose bytes depend on
+a flattened length, an element count); for floats, the ratio ``p(B)/q(B)`` of two such forms
+(a mean's scale ``1/(4096*B)``, an unbiased variance's ``n/(n - 1)``), read off each literal as
+the simplest fraction it was rounded from, fitted on two sizes and checked on the third. Anything else (a constant whose bytes depend on
 the size, a lowering that chose differently) raises ``NotGeneric`` saying where.
 
 ``instantiate(size)`` writes the text for one size (exactly what generating at that size would
@@ -16,9 +17,11 @@ form alone, used for the inputs' shapes.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -68,39 +71,55 @@ class LinearSize:
         return f"({term} {'+' if self.c > 0 else '-'} {abs(self.c)})"
 
 
+def _simplest_fraction(value: float, tolerance: float = 2.0 ** -22):
+    """The fraction with the smallest denominator within ``tolerance`` (relative) of
+    ``value``: the exact ratio a float literal was rounded from (1/4096, 2816/2815)."""
+    exact = Fraction(value)
+    bound = 1
+    while bound <= 1 << 40:
+        guess = exact.limit_denominator(bound)
+        if abs(guess - exact) <= tolerance * abs(exact):
+            return guess
+        bound *= 2
+    return exact
+
+
 @dataclass(frozen=True)
 class _FloatForm:
-    """A float literal as a function of the size: ``k/B`` (reciprocal) or ``a*B + c``,
-    written with ``repr`` in float64 or float32 precision (the one that reproduced it)."""
+    """A float literal as the ratio of two integer forms of the size, ``p(B)/q(B)`` (a mean's
+    scale ``1/(4096*B)``, an unbiased variance's ``n/(n - 1)`` with ``n = 256*B``, or
+    ``a*B + c`` over 1), rounded once to float64, then to float32 when that reproduced it (as
+    ``repr`` of the float, or float32's shortest decimal, as graph text prints constants)."""
 
-    kind: str  # "reciprocal" | "linear"
-    a: float
-    c: float
-    float32: bool
+    p: LinearSize
+    q: LinearSize
+    style: str  # "float64": repr; "float32": repr after rounding; "short": float32's shortest
 
     def at(self, size: int) -> str:
-        value = self.a / size if self.kind == "reciprocal" else self.a * size + self.c
-        return repr(float(np.float32(value)) if self.float32 else float(value))
+        value = float(Fraction(self.p.at(size), self.q.at(size)))
+        if self.style == "float64":
+            return repr(value)
+        return repr(float(np.float32(value))) if self.style == "float32" else \
+            str(np.float32(value))
 
     def render(self, symbol: str = "B") -> str:
-        if self.kind == "reciprocal":
-            return f"({self.a!r}/{symbol})"
-        return f"({self.a!r}*{symbol} + {self.c!r})"
+        p, q = self.p.render(symbol), self.q.render(symbol)
+        if q == "1":
+            return p
+        return f"({p}/{q})" if q.startswith("(") or "*" not in q else f"({p}/({q}))"
 
     @staticmethod
     def fit(texts, sizes):
-        values = [float(t) for t in texts]
-        (s0, v0), (s1, v1) = zip(sizes[:2], values[:2])
-        slope = (v1 - v0) / (s1 - s0)
-        k = v0 * s0  # k/B: k as printed, as rounded to float32, or to 7 or 15 digits
-        candidates = [("reciprocal", r, 0.0)
-                      for r in dict.fromkeys((k, float(np.float32(k)), float(f"{k:.7g}"),
-                                              float(f"{k:.15g}")))]
-        candidates.append(("linear", slope, v0 - slope * s0))
-        for kind, a, c in candidates:
-            for float32 in (False, True):
-                form = _FloatForm(kind, a, c, float32)
-                if all(form.at(s) == t for s, t in zip(sizes, texts)):
+        ratios = [_simplest_fraction(float(t)) for t in texts]
+        pairs = [([r.numerator for r in ratios], [r.denominator for r in ratios])]
+        common = math.lcm(*(r.denominator for r in ratios))  # a*B + c with a fractional a:
+        pairs += [([int(r * common * m) for r in ratios], [common * m] * len(ratios))
+                  for m in range(1, 13)]  # (5*B + 1)/2 is 28 at B = 11: try denominators
+        for numerators, denominators in pairs:
+            p, q = LinearSize.fit(numerators, sizes), LinearSize.fit(denominators, sizes)
+            for style in ("float64", "float32", "short"):
+                form = p is not None and q is not None and _FloatForm(p, q, style)
+                if form and all(form.at(s) == t for s, t in zip(sizes, texts)):
                     return form
         return None
 
@@ -162,6 +181,17 @@ class ShapeTemplate:
                         sum(len(n) for n in numbers[:k]) + min(same, len(segment) - 1)
                     return f"'{_line_of(texts[0], position)}'"
         return "(more numbers in one of them)"
+
+    def mismatch(self, text: str, size: int):
+        """None when ``text`` is this template written out for ``size``, else the first line
+        where they differ (as ``'template line' != 'text line'``)."""
+        expected = self.instantiate(size)
+        if text == expected:
+            return None
+        for ours, theirs in zip(expected.splitlines() + [""], text.splitlines() + [""]):
+            if ours != theirs:
+                return f"'{ours.strip()[:200]}' != '{theirs.strip()[:200]}'"
+        return "the texts differ"
 
     def instantiate(self, size: int) -> str:
         return "".join(p if isinstance(p, str) else str(p.at(size)) for p in self.parts)
