@@ -33,6 +33,7 @@ import numpy as np
 from graphnn.ir import Graph, OpGroup, get_op
 from graphnn.ir.dtypes import DType
 
+from .numpy_common import is_uniform
 from .numpy_lowerings import VIEW_OPS, Lowered, lowering_for
 
 def _version() -> str:
@@ -350,12 +351,11 @@ def _constant(data) -> str:
     shape)`` (readable, and its size is a number in the text), any other as base64 bytes."""
     data = np.array(data, order="C")
     shape = literal(tuple(data.shape))
-    raw = data.tobytes()
-    if data.size and data.dtype.kind in "biuf" and raw == raw[:data.itemsize] * data.size:
+    if data.dtype.kind in "biuf" and is_uniform(data):
         value = data.flat[0].item()
         if value == value:  # a NaN keeps its sign and payload only as bytes
             return f"_rt.filled({literal(value)}, {data.dtype.name!r}, {shape})"
-    b64 = base64.b64encode(raw).decode("ascii")
+    b64 = base64.b64encode(data.tobytes()).decode("ascii")
     return f"_rt.const({b64!r}, {data.dtype.name!r}, {shape})"
 
 

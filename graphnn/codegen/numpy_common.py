@@ -1,10 +1,17 @@
-"""Helpers the NumPy support kernels share: scratch arrays kept across calls, and the fused
-ops' epilogue (bias, residual, activation) applied in place."""
+"""Helpers the NumPy backend shares: scratch arrays kept across calls, the fused ops' epilogue
+(bias, residual, activation) applied in place, and the test for a constant of one value."""
 from __future__ import annotations
 
 import numpy as np
 
 from graphnn.ir import get_op
+
+
+def is_uniform(array) -> bool:
+    """``array`` is not empty and holds the same bits in every element."""
+    raw = np.ascontiguousarray(array).tobytes()
+    size = np.asarray(array).itemsize
+    return bool(raw) and raw == raw[:size] * (len(raw) // size)
 
 
 def scratch(buffers, key, shape, dt, fill=None):

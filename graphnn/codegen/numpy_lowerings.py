@@ -32,6 +32,8 @@ import numpy as np
 from graphnn.ir import get_op
 from graphnn.ir.ops.shape_rules import normalize_dims
 
+from .numpy_common import is_uniform
+
 
 @dataclass
 class Lowered:
@@ -352,12 +354,46 @@ def _max_pool2d(node, args, ctx):
                    f"{scratch})", targets=[values])
 
 
+def _pooled_planes(node):
+    """The ``max_pool2d`` node whose indices ``scatter_add`` ``node`` scatters when it is the
+    max-pool gradient: its base holds one value everywhere (a ``full`` node, or the constant
+    that folding one gives), its index the pool's indices through reshapes only, one plane's
+    ho*wo indices per row along the last dim (the scatter's dim), and each row of the base
+    one h*w plane (so the indices are in bounds by construction, see ``pool_scatter_add``).
+    Else None."""
+    base, index = node.inputs[0], node.inputs[1]
+    filled = base.kind == "const" and base.data is not None and is_uniform(base.data)
+    if not (filled or base.producer is not None and base.producer.op == "full"):
+        return None
+    value = index
+    while value.producer is not None and value.producer.op == "reshape":
+        value = value.producer.inputs[0]
+    pool = value.producer
+    if pool is None or pool.op != "max_pool2d" or value.name != pool.outputs[1].name:
+        return None
+    b, i = base.type.shape, index.type.shape
+    h, w = pool.inputs[0].type.shape[2:]
+    ho, wo = pool.outputs[1].type.shape[2:]
+    if node.attrs["dim"] % len(b) != len(b) - 1 or i[-1] != ho * wo or \
+            tuple(b[:-1]) != tuple(i[:-1]) or b[-1] != h * w:
+        return None
+    return pool
+
+
 def _scatter_add(node, args, ctx):
     base, _, src = (v.type for v in node.inputs)
     if not base.shape or base.dtype != src.dtype:
         return None
+    scratch = f"buffers=buffers, key={ctx.scratch_key(node)!r}"
+    pool = _pooled_planes(node)
+    if pool is not None:  # the max-pool gradient: no bounds checks, no copy of the base
+        ho, wo = pool.outputs[1].type.shape[2:]
+        return f"_rt.pool_scatter_add({', '.join(args)}, " \
+               f"width={pool.inputs[0].type.shape[3]}, windows={(ho, wo)!r}, " \
+               f"stride={tuple(pool.attrs['stride'])!r}, " \
+               f"padding={tuple(pool.attrs['padding'])!r}{ctx.out_arg(node)}, {scratch})"
     return f"_rt.scatter_add({', '.join(args)}, {node.attrs['dim']}{ctx.out_arg(node)}, " \
-           f"buffers=buffers, key={ctx.scratch_key(node)!r})"
+           f"{scratch})"
 
 
 def _attention(node, args, ctx):

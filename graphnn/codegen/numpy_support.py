@@ -126,7 +126,15 @@ def max_pool2d(x, *, kernel_size, stride, padding, dilation, ceil_mode, indices=
                out=None, out_index=None, buffers=None, key="pool"):
     """Max pooling as kh*kw strided maxima (first maximum wins, NaN counts as the maximum, as
     the reference's argmax), into ``out`` / ``out_index`` (fresh arrays when None; the
-    temporaries live in ``buffers``); returns ``(values, flat indices)`` or values only."""
+    temporaries live in ``buffers``); returns ``(values, flat indices)`` or values only.
+    The indices: one comparison with the maximum per window element (but the last), whose
+    hits keep the largest of the elements' codes in a narrow integer type (uint8 for small
+    windows), turned into int64 flat indices by one subtraction from the windows' last
+    elements' indices (or a table lookup plus the windows' first elements' indices).
+    Indices equal the reference's bit for bit (padding is chosen only where the reference
+    chooses it: a window whose maximum is -inf and whose first element is padding); values
+    too, but for the sign of a zero maximum in a window holding both +0.0 and -0.0 (the
+    reference takes the first, ``np.maximum`` its second operand)."""
     buffers = {} if buffers is None else buffers
     n, c, h, w = x.shape
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel_size, stride, padding, dilation
@@ -150,14 +158,27 @@ def max_pool2d(x, *, kernel_size, stride, padding, dilation, ceil_mode, indices=
     index = None
     if indices:
         index = np.empty(values.shape, np.int64) if out_index is None else out_index
-        step = scratch(buffers, key + ".step", values.shape, np.int64)
         hit = scratch(buffers, key + ".hit", values.shape, np.bool_)
+        # each window element's flat offset from the window's first element, in window order
+        ij = [(i, j) for i in range(kh) for j in range(kw)]
+        offsets = [i * dh * w + j * dw for i, j in ij]
+        increasing = all(a < b for a, b in zip(offsets, offsets[1:]))
+        # element k's code: larger for earlier elements, so that the largest code among the
+        # elements equal to the maximum names the first of them; the code itself gives the
+        # offset (offsets[-1] - code) where the offsets increase along the window (unless the
+        # image is narrower than the window's span), else the window number (K - 1 - code)
+        last = len(ij) - 1
+        codes = [offsets[-1] - o for o in offsets] if increasing else [last - k for k in
+                                                                        range(last + 1)]
+        code_type = _code_type(codes[0])
+        best = scratch(buffers, key + ".best", values.shape, code_type)
+        term = scratch(buffers, key + ".term", values.shape, code_type) if last > 1 else None
+        base = (np.arange(ho)[:, None] * sh - ph) * w + (np.arange(wo)[None, :] * sw - pw)
+        if increasing:
+            start = base + offsets[-1]
+        else:
+            table = np.array(offsets[::-1], np.int64)  # code -> offset
     rows = scratch(buffers, key + ".rows", (n, c, ho, xp.shape[3]), x.dtype) if kh > 1 else None
-    # the first window element equal to the maximum (the first NaN where the window has one),
-    # as the reference's argmax: offsets visited last to first, each hit replacing the offset
-    # found so far, branch-free (index -= (index - offset) * hit)
-    offsets = [(i, j, i * dh * w + j * dw) for i in range(kh) for j in range(kw)]
-    base = (np.arange(ho)[:, None] * sh - ph) * w + (np.arange(wo)[None, :] * sw - pw)
 
     def pool(lo, hi):  # images lo..hi
         xs = xp[lo:hi]
@@ -172,20 +193,39 @@ def max_pool2d(x, *, kernel_size, stride, padding, dilation, ceil_mode, indices=
                             for j in range(kw)], values[lo:hi])
         if index is None:
             return
-        where, tmp, flags = index[lo:hi], step[lo:hi], hit[lo:hi]
-        where.fill(offsets[-1][2])
+        # the first window element equal to the maximum (the first NaN where the window has
+        # one), as the reference's argmax: the largest code among the hits (branch-free, in
+        # the narrow code type), the last element when no earlier one hits
+        where, flags, top = index[lo:hi], hit[lo:hi], best[lo:hi]
         has_nan = bool(np.isnan(got).any())
-        for i, j, offset in reversed(offsets[:-1]):
-            cand = window(i, j)
+        if not last:
+            top.fill(0)
+        for k in range(last):
+            cand = window(*ij[k])
             np.equal(cand, got, out=flags)
             if has_nan:
                 flags |= np.isnan(cand)
-            np.subtract(where, offset, out=tmp)
-            np.multiply(tmp, flags, out=tmp)
-            where -= tmp
-        where += base
+            if k == 0:
+                np.multiply(flags, code_type(codes[0]), out=top)
+            else:
+                np.multiply(flags, code_type(codes[k]), out=term[lo:hi])
+                np.maximum(top, term[lo:hi], out=top)
+        if increasing:
+            np.subtract(start, top, out=where)
+        else:
+            np.take(table, top, out=where)
+            where += base
     split(pool, n, x.size)
     return values if index is None else (values, index)
+
+
+def _code_type(top):
+    """The narrowest unsigned type holding 0..``top`` (int64 beyond uint32, so that
+    arithmetic with int64 stays int64)."""
+    for t in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(t).max:
+            return t
+    return np.int64
 
 
 def _running_max(parts, into):
@@ -228,6 +268,57 @@ def scatter_add(base, index, src, dim, out=None, buffers=None, key="scatter"):
             stride = math.prod(base.shape[j + 1:])
             flat += (np.arange(n) * stride).reshape((n,) + (1,) * (index.ndim - 1 - j))
     np.add.at(out.reshape(-1), flat.reshape(-1), src.reshape(-1))
+    return out
+
+
+def pool_scatter_add(base, index, src, *, width, windows, stride, padding, out=None,
+                     buffers=None, key="scatter"):
+    """``scatter_add(base, index, src, dim=-1)`` for the max-pool gradient: ``base`` holds one
+    value everywhere (the all-zero ``full`` plane) and each row of ``index`` (the last dim,
+    ``windows`` = (ho, wo) long) is one plane's flat indices from a ``max_pool2d`` (of that
+    ``stride`` and ``padding``) over images ``width`` wide, the row of ``base`` the same
+    plane (h * width long). The result is ``base`` refilled with its value plus ``np.add.at``
+    over flat positions in the index's order: the reference's additions in its order, so
+    equal bit for bit (0.0 + -0.0 is 0.0 here too), whether windows overlap or not; done a
+    block of rows at a time, so that the additions find the block just filled in the cache.
+
+    Bounds: such indices lie inside their plane by construction, so they are not checked
+    (the general ``scatter_add`` finds their minimum and maximum), except in one case: a
+    window whose maximum is -inf and whose first element is top or left padding has that
+    padding's index (the reference's argmax picks it): negative, or inside the previous row
+    of the plane. Only the windows starting in padding (the first rows / columns) can do
+    that, and their index equals their start's exactly when they did (any other element of
+    theirs lies on a later row, or a later column of their row); if one did, the general
+    ``scatter_add`` (bounds checks, negative indices counted from the end) runs instead."""
+    buffers = {} if buffers is None else buffers
+    (ho, wo), (sh, sw), (ph, pw) = windows, stride, padding
+    rows, length, size = math.prod(index.shape[:-1]), index.shape[-1], base.shape[-1]
+    if ph or pw:
+        plane = index.reshape(rows, ho, wo)
+        starts = (np.arange(ho)[:, None] * sh - ph) * width + (np.arange(wo) * sw - pw)
+        top, left = -(-ph // sh), -(-pw // sw)  # windows starting above / left of the image
+        if np.equal(plane[:, :top], starts[:top]).any() or \
+                np.equal(plane[:, top:, :left], starts[top:, :left]).any():
+            return scatter_add(base, index, src, -1, out=out, buffers=buffers, key=key)
+    if out is None:
+        out = np.empty(base.shape, base.dtype)
+    if not out.size:
+        return out
+    value = base.reshape(-1)[0]
+    out2, index2, src2 = out.reshape(rows, size), index.reshape(rows, length), \
+        src.reshape(rows, length)
+    flat = scratch(buffers, key + ".flat", (rows, length), np.int64)
+    block = max(1, (1 << 20) // (size * out.itemsize))  # rows of about 1 MiB
+    offsets = np.arange(0, block * size, size, dtype=np.int64)[:, None]
+
+    def add(lo, hi):  # rows lo..hi
+        for r in range(lo, hi, block):
+            s = min(hi, r + block)
+            part = out2[r:s]
+            part.fill(value)
+            np.add(index2[r:s], offsets[:s - r], out=flat[r:s])
+            np.add.at(part.reshape(-1), flat[r:s].reshape(-1), src2[r:s].reshape(-1))
+    split(add, rows, out.size)
     return out
 
 
