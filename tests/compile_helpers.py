@@ -1,5 +1,7 @@
-"""Shared pieces of the compile tests: an isolated kernel cache per test, eager twins."""
+"""Shared pieces of the compile tests: an isolated kernel cache per test, eager twins, calls
+from several threads at once."""
 import copy
+import threading
 
 import numpy as np
 import pytest
@@ -25,6 +27,27 @@ def isolated_cache(tmp_path, monkeypatch):
     cache.stats.reset()
     yield tmp_path / "kernels"
     cache.clear_memory()
+
+
+def run_in_threads(work, args) -> None:
+    """``work(arg)`` on one thread per arg, all started together (a barrier), joined; re-raises
+    the first error any of them met."""
+    start, errors = threading.Barrier(len(args)), []
+
+    def run(arg):
+        try:
+            start.wait()
+            work(arg)
+        except Exception as e:  # noqa: BLE001  (re-raised below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(arg,)) for arg in args]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 def twins(model):

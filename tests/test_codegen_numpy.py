@@ -15,6 +15,7 @@ from graphnn.ir.dtypes import from_numpy_dtype
 from graphnn.ir.graph import flatten_structure
 
 import ir_samples
+from compile_helpers import run_in_threads
 from op_db import OP_DB
 from test_model_zoo_compiler import CASES
 
@@ -227,28 +228,17 @@ def test_kernels_sharing_one_buffers_dict():
 
 
 def test_threads_with_their_own_buffers_get_correct_results():
-    import threading
     graph, inputs, params = _optimized_case("cnn")
     kernel = load(generate(graph))
     cases = [inputs, _other_inputs(inputs)]
     expected = [interpret(graph, *c, params=params) for c in cases]
-    failures = []
 
     def work(i):
         buffers = {}
         for _ in range(20):
-            got = kernel(cases[i], params, buffers)
-            try:
-                assert_same(got, expected[i], f"thread {i}", rtol=1e-5)
-            except AssertionError as e:
-                failures.append(e)
-                return
-    threads = [threading.Thread(target=work, args=(i,)) for i in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not failures, failures[0]
+            assert_same(kernel(cases[i], params, buffers), expected[i], f"thread {i}", rtol=1e-5)
+
+    run_in_threads(work, [0, 1])
 
 
 def test_constant_subgraphs_are_computed_at_load():

@@ -8,12 +8,13 @@ compile of the same model: the dynamic kernel instantiated at a size is the stat
 that size, so those two are compared bit for bit.
 """
 import copy
-import threading
 import warnings
 
 import numpy as np
 import pytest
 from compile_helpers import isolated_cache  # noqa: F401  (autouse: a kernel cache per test)
+from compile_helpers import run_in_threads
+from test_compile_step import standard_step
 from test_model_zoo_compiler import CASES as ZOO
 
 import graphnn
@@ -201,22 +202,12 @@ OPTIMIZERS = {
 }
 
 
-def _train_step(model, opt, crit):
-    def train_step(x, y):
-        opt.zero_grad()
-        loss = crit(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-    return train_step
-
-
 @pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
 def test_whole_training_step_with_varying_batch_sizes(opt_name):
     model = _mlp(6, 16, 4)
     copies = {"dynamic": model, "static": copy.deepcopy(model), "eager": copy.deepcopy(model)}
     opts = {k: OPTIMIZERS[opt_name](m.parameters()) for k, m in copies.items()}
-    steps = {k: _train_step(m, opts[k], nn.CrossEntropyLoss()) for k, m in copies.items()}
+    steps = {k: standard_step(m, opts[k], nn.CrossEntropyLoss()) for k, m in copies.items()}
     dynamic = graphnn.compile(steps["dynamic"], dynamic=True)
     static = graphnn.compile(steps["static"], recompile_limit=32)
     for i, size in enumerate((5, 3, 8, 3, 12)):
@@ -571,24 +562,12 @@ def test_two_threads_with_different_batch_sizes():
     inputs = {3: graphnn.randn(3, 20), 7: graphnn.randn(7, 20)}
     with graphnn.no_grad():
         expected = {size: _np(eager(x)) for size, x in inputs.items()}
-    start = threading.Barrier(2)
-    errors = []
+    def worker(size):  # both threads race for the first (compiling) call
+        with graphnn.no_grad():
+            for _ in range(25):
+                np.testing.assert_array_equal(_np(model(inputs[size])), expected[size])
 
-    def worker(size):
-        try:
-            start.wait()  # both threads race for the first (compiling) call
-            with graphnn.no_grad():
-                for _ in range(25):
-                    np.testing.assert_array_equal(_np(model(inputs[size])), expected[size])
-        except Exception as e:  # noqa: BLE001  (reported below)
-            errors.append(e)
-
-    threads = [threading.Thread(target=worker, args=(size,)) for size in inputs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    run_in_threads(worker, list(inputs))
     assert model.forward.compiles == 1
 
 

@@ -3,12 +3,11 @@ caches (memory and disk, corrupt entries) and thread safety."""
 import logging
 import os
 import pathlib
-import threading
 import warnings
 
 import numpy as np
 import pytest
-from compile_helpers import assert_same, isolated_cache, twins  # noqa: F401
+from compile_helpers import assert_same, isolated_cache, run_in_threads, twins  # noqa: F401
 
 import graphnn
 from graphnn import nn
@@ -232,23 +231,13 @@ def test_two_threads_share_one_compiled_model():
     inputs = [graphnn.randn(8, 6) for _ in range(2)]
     with graphnn.no_grad():
         expected = [eager(x).numpy() for x in inputs]
-    errors = []
-
     def worker(k):
-        try:
-            with graphnn.no_grad():
-                for _ in range(50):
-                    np.testing.assert_allclose(net(inputs[k]).numpy(), expected[k],
-                                               rtol=1e-5, atol=1e-6)
-        except Exception as e:  # noqa: BLE001  (reported below)
-            errors.append(e)
+        with graphnn.no_grad():
+            for _ in range(50):
+                np.testing.assert_allclose(net(inputs[k]).numpy(), expected[k],
+                                           rtol=1e-5, atol=1e-6)
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    run_in_threads(worker, [0, 1])
     assert net.forward.compiles == 1
 
 

@@ -104,10 +104,8 @@ def write_source(key: str, source: str) -> None:
 def get_kernel(graph, backend, plan=None, options: str = ""):
     """(source, kernel) for ``graph``: from memory, from disk, or generated (then stored)."""
     key = cache_key(str(graph), backend.BACKEND_VERSION, options)
-    with _lock:
-        hit = _memory.get(key)
+    hit = _remembered(_memory, key)
     if hit is not None:
-        stats.memory_hits += 1
         return hit
     source = read_source(key)
     kernel = None
@@ -121,13 +119,28 @@ def get_kernel(graph, backend, plan=None, options: str = ""):
             stats.disk_corrupt += 1
             kernel = None
     if kernel is None:
-        source = backend.generate(graph, plan)
-        stats.generated += 1
+        source = _generated(key, lambda: backend.generate(graph, plan))
         kernel = backend.load(source)
-        write_source(key, source)
     with _lock:
         _memory[key] = (source, kernel)
     return source, kernel
+
+
+def _remembered(table: dict, key: str):
+    """``table[key]`` (read under the lock), counted as a memory hit; None when absent."""
+    with _lock:
+        hit = table.get(key)
+    if hit is not None:
+        stats.memory_hits += 1
+    return hit
+
+
+def _generated(key: str, generate) -> str:
+    """``generate()``'s source, counted and written to the disk cache under ``key``."""
+    source = generate()
+    stats.generated += 1
+    write_source(key, source)
+    return source
 
 
 def get_source(graph, backend, plan=None, options: str = "", kernel_id=None) -> str:
@@ -135,18 +148,14 @@ def get_source(graph, backend, plan=None, options: str = "", kernel_id=None) -> 
     ``dynamic_artifact``): from memory, from disk (checksum verified), or generated with
     ``kernel_id`` (then stored)."""
     key = cache_key(str(graph), backend.BACKEND_VERSION, f"{options};kernel_id={kernel_id}")
-    with _lock:
-        hit = _sources.get(key)
+    hit = _remembered(_sources, key)
     if hit is not None:
-        stats.memory_hits += 1
         return hit
     source = read_source(key)
     if source is not None:
         stats.disk_hits += 1
     else:
-        source = backend.generate(graph, plan, kernel_id=kernel_id)
-        stats.generated += 1
-        write_source(key, source)
+        source = _generated(key, lambda: backend.generate(graph, plan, kernel_id=kernel_id))
     with _lock:
         _sources[key] = source
     return source
