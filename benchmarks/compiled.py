@@ -1,7 +1,9 @@
 """The issue's workloads in one process: graphnn eager, graphnn compiled (``model.compile()``,
 NumPy backend: the step's loss and SGD update run eagerly around compiled forward/backward
 kernels), graphnn whole step (``graphnn.compile(train_step)``: forward, backward and SGD in one
-kernel), PyTorch eager and (when it works here) torch.compile. Prints median milliseconds, the
+kernel), graphnn dynamic (the same two with ``dynamic=True``: one kernel for every batch size;
+its compile time includes the three probe traces), PyTorch eager and (when it works here)
+torch.compile. Prints median milliseconds, the
 ratio to PyTorch eager (lower is better), the GEMM work done per second, and compile time
 (the first calls minus steady calls).
 
@@ -82,8 +84,9 @@ def _median_ms(fn, repeat):
     return statistics.median(times) * 1e3
 
 
-def _runners(lib, model, x, target, kind, whole_step=False):
-    """(forward, train step) closures; ``whole_step``: the step through graphnn.compile."""
+def _runners(lib, model, x, target, kind, whole_step=False, dynamic=False):
+    """(forward, train step) closures; ``whole_step``: the step through graphnn.compile
+    (``dynamic``: with dynamic=True)."""
     crit = (lib.nn.CrossEntropyLoss() if kind == "classes" else lib.nn.MSELoss())
     opt = (optim if lib is graphnn else torch.optim).SGD(model.parameters(), lr=1e-3)
     no_grad = graphnn.no_grad if lib is graphnn else torch.no_grad
@@ -99,7 +102,7 @@ def _runners(lib, model, x, target, kind, whole_step=False):
         opt.step()
         return loss
 
-    compiled = graphnn.compile(train_step) if whole_step else train_step
+    compiled = graphnn.compile(train_step, dynamic=dynamic) if whole_step else train_step
     return forward, lambda: compiled(x, target)
 
 
@@ -117,7 +120,7 @@ def forward_gflop(model, x) -> float:
     return flops / 1e9
 
 
-VARIANTS = ("graphnn eager", "graphnn compiled", "graphnn whole step")
+VARIANTS = ("graphnn eager", "graphnn compiled", "graphnn whole step", "graphnn dynamic")
 
 
 def run(name, repeat, try_torch_compile):
@@ -132,7 +135,7 @@ def run(name, repeat, try_torch_compile):
         model = make(graphnn)
         _copy_weights(model, tmodel)
         if label != "graphnn eager":
-            model.compile()
+            model.compile(dynamic=label == "graphnn dynamic")
         variants[label] = (graphnn, model, graphnn.tensor(xa), graphnn.tensor(ta))
     gflop = forward_gflop(variants["graphnn eager"][1].eval(), variants["graphnn eager"][2])
     variants["graphnn eager"][1].train()
@@ -142,7 +145,9 @@ def run(name, repeat, try_torch_compile):
                                      torch.tensor(ta))
     rows = {}
     for label, (lib, model, x, t) in variants.items():
-        forward, step = _runners(lib, model, x, t, kind, whole_step=label == "graphnn whole step")
+        forward, step = _runners(lib, model, x, t, kind,
+                                 whole_step=label in ("graphnn whole step", "graphnn dynamic"),
+                                 dynamic=label == "graphnn dynamic")
         time.sleep(0.3)  # a safeguard: idle worker threads of the last variant go to sleep
         try:
             start = CLOCK()
