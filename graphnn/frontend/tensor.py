@@ -217,7 +217,17 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
         self._data = trace_state.readable_data(value, "x.data = y") if isinstance(
             value, Tensor) else np.asarray(value)
 
+    def _refuse_in_trace(self, what: str) -> None:
+        """A TraceError for ``what`` on a symbolic tensor: a traced graph computes gradients
+        of parameters only, with no tape to keep intermediate ones or to call hooks from."""
+        if self._symbol is not None:
+            raise trace_state.TraceError(
+                f"{what} on a tensor inside graphnn.trace or a compiled function: the traced "
+                f"graph keeps no intermediate gradients and calls no tensor hooks (do this in "
+                f"eager code)")
+
     def retain_grad(self) -> None:
+        self._refuse_in_trace("retain_grad()")
         if not self.requires_grad:
             raise AutogradError("can't retain_grad on Tensor that has requires_grad=False")
         if self.grad_fn is not None:
@@ -231,6 +241,7 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
     def register_hook(self, hook) -> RemovableHandle:
         """Call ``hook(grad)`` when this tensor's gradient is computed; a returned tensor
         replaces the gradient."""
+        self._refuse_in_trace("register_hook()")
         if not self.requires_grad:
             raise AutogradError("cannot register a hook on a tensor that doesn't require "
                                 "gradient")
