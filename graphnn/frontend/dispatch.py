@@ -38,7 +38,7 @@ def apply_op(name: str, inputs, attrs=None) -> tuple:
         for t in inputs:
             if t._view is not None:
                 inplace.refresh_view(t)
-    out_types = op.infer_types([TensorType(t.shape, t.dtype) for t in inputs], attrs)
+    out_types = _eager_out_types(op, inputs, attrs)
     arrays = op.run([t._data for t in inputs], attrs, out_types)
     outs = tuple(Tensor._wrap(a) for a in arrays)
     if op.group is OpGroup.SHAPE and inputs:
@@ -53,6 +53,30 @@ def apply_op(name: str, inputs, attrs=None) -> tuple:
                 out._set_grad_fn(node, i)
         node.save_outputs(outs)
     return outs
+
+
+_OUT_TYPES: dict = {}  # (op, inputs' (shape, NumPy dtype), attrs) -> the op's output types
+_OUT_TYPES_KEPT = 4096  # entries before the memo starts again (shapes can vary without end)
+
+
+def _eager_out_types(op, inputs, attrs) -> tuple:
+    """``op.infer_types`` for concrete inputs, remembered: output types depend only on the
+    inputs' shapes and dtypes and on the (normalised) attributes. Attributes that cannot be a
+    key (lists of lists, arrays) are inferred every time; a failing inference is never kept,
+    so bad operands raise on every call."""
+    try:
+        key = (op.name, tuple((t._data.shape, t._data.dtype) for t in inputs),
+               tuple((k, type(v), tuple(v) if isinstance(v, list) else v)  # True == 1 == 1.0
+                     for k, v in attrs.items()))
+        known = _OUT_TYPES.get(key)
+    except TypeError:  # an attribute that cannot be hashed
+        return op.infer_types([TensorType(t.shape, t.dtype) for t in inputs], attrs)
+    if known is None:
+        known = op.infer_types([TensorType(t.shape, t.dtype) for t in inputs], attrs)
+        if len(_OUT_TYPES) >= _OUT_TYPES_KEPT:
+            _OUT_TYPES.clear()
+        _OUT_TYPES[key] = known
+    return known
 
 
 def _trace(state, op, inputs, attrs, out_types) -> tuple:
