@@ -96,14 +96,25 @@ def _shape_text(shape) -> str:
 
 @dataclass
 class _Stages:
-    """A traced, optimized call: the graph of each kernel by stage (``inference``; ``forward``
-    and ``backward``; or ``step``), its lifted random inputs, and ``make(artifacts, random)``
-    building the signature's entry around the compiled kernels."""
+    """A traced call: its lifted random inputs, the traced graph's text, and (optimized at
+    first use: a dynamic signature may need only the probes' ones) the graph of each kernel by
+    stage (``inference``; ``forward`` and ``backward``; or ``step``) with
+    ``make(artifacts, random)``, which builds the signature's entry around their kernels."""
 
-    graphs: dict
     random: "_Random"
-    make: object
     program: str  # the traced graph's text, before any pass
+    optimize: object  # () -> (graphs by stage, make)
+
+    @functools.cached_property
+    def _optimized(self):
+        return self.optimize()
+
+    @property
+    def graphs(self) -> dict:
+        return self._optimized[0]
+
+    def make(self, artifacts, random):
+        return self._optimized[1](artifacts, random)
 
 
 class _EveryBatch:
@@ -607,30 +618,34 @@ class CompiledFunction:
         return graph, random, step
 
     def _stages(self, sig, args, kwargs, tensors) -> _Stages:
-        """Trace the call and optimize: the graphs of its kernels and how to make its entry."""
+        """Trace the call; the passes run when its graphs are first asked for."""
         holder = []
         graph, random, step = self._trace(args, kwargs, holder)
-        program = _program_text(graph)
-        if step is not None:
-            backward, changes = step
-            graphs = {"step": compiled_step.step_graph(graph, backward, self._passes,
-                                                       self._disable)}
 
-            def make(artifacts, random_):
-                return compiled_step.StepEntry(artifacts["step"], random_, changes, _to_tensors)
-        elif not sig.needs_grad:
-            graphs = {"inference": stages.optimized(graph, self._passes, self._disable).graph}
+        def optimize():
+            if step is not None:
+                backward, changes = step
+                graphs = {"step": compiled_step.step_graph(graph, backward, self._passes,
+                                                           self._disable)}
 
-            def make(artifacts, random_):
-                return _Inference(artifacts["inference"], random_)
-        else:
-            graphs, make = self._training_stages(sig, graph, tensors)
+                def make(artifacts, random_):
+                    return compiled_step.StepEntry(artifacts["step"], random_, changes,
+                                                   _to_tensors)
+            elif not sig.needs_grad:
+                graphs = {"inference": stages.optimized(graph, self._passes,
+                                                        self._disable).graph}
 
-        def make_with_template(artifacts, random_):
-            entry = make(artifacts, random_)
-            entry.template = holder[0] if holder else None
-            return entry
-        return _Stages(graphs, random, make_with_template, program)
+                def make(artifacts, random_):
+                    return _Inference(artifacts["inference"], random_)
+            else:
+                graphs, make = self._training_stages(sig, graph, tensors)
+
+            def make_with_template(artifacts, random_):
+                entry = make(artifacts, random_)
+                entry.template = holder[0] if holder else None
+                return entry
+            return graphs, make_with_template
+        return _Stages(random, _program_text(graph), optimize)
 
     def _same_program(self, entry, args, kwargs, tensors) -> bool:
         """Whether this call's batch size may run ``entry`` (an ``_EveryBatch``): decided at
@@ -676,7 +691,7 @@ class CompiledFunction:
             program = ShapeTemplate.fit([p.program for p in probes], PROBE_SIZES,
                                         "the traced graph")
             artifacts = {}
-            for stage in staged.graphs:
+            for stage in probes[0].graphs:
                 graphs = [p.graphs[stage] for p in probes]
                 plans = [compiled_step.plan_with_updates(g, stage) for g in graphs]
                 artifacts[stage] = fit_dynamic_artifact(
@@ -685,6 +700,7 @@ class CompiledFunction:
             random = probes[0].random.with_batch([p.random for p in probes], PROBE_SIZES,
                                                  carriers[0])
         except Exception as error:  # noqa: BLE001
+            staged.graphs  # the call's own compile failing is not about batch sizes: raise it
             self._warn_once(("dynamic", str(error)),
                             f"graphnn: {self.name}: dynamic=True: no kernel for every batch "
                             f"size ({type(error).__name__}: {error}); compiling for input "
