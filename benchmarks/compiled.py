@@ -17,8 +17,11 @@ N > 1, ``OPENBLAS_THREAD_TIMEOUT=4`` so that OpenBLAS's idle workers sleep inste
 on the cores graphnn's kernel threads need (it changes nothing for PyTorch). The header
 prints the settings and the load average: other processes on the machine make multi-threaded
 BLAS calls wait for each other, so compare ratios from quiet runs (or use
-``--threads 1 --clock cpu``). Each variant starts after a short idle pause (a safeguard: here
-neither library's idle worker threads measurably slowed the other).
+``--threads 1 --clock cpu``). After each variant's first calls (compile time), the variants are
+timed in interleaved blocks (``ROUNDS`` blocks of ``--repeat``/``ROUNDS`` calls each, each
+block after a short idle pause, so that the other library's idle worker threads sleep, and one
+untimed call), so that a slow spell of a shared machine falls on all of them rather than on
+whichever ran then.
 """
 import argparse
 import os
@@ -73,6 +76,9 @@ def _copy_weights(ours, theirs):
 
 
 CLOCK = time.perf_counter  # --clock cpu: time.process_time
+
+
+ROUNDS = 5  # each variant is timed in this many blocks, the variants' blocks interleaved
 
 
 def _median_ms(fn, repeat):
@@ -143,12 +149,11 @@ def run(name, repeat, try_torch_compile):
     if try_torch_compile:
         variants["torch.compile"] = (torch, torch.compile(make(torch)), torch.tensor(xa),
                                      torch.tensor(ta))
-    rows = {}
+    runners, compile_s = {}, {}
     for label, (lib, model, x, t) in variants.items():
         forward, step = _runners(lib, model, x, t, kind,
                                  whole_step=label in ("graphnn whole step", "graphnn dynamic"),
                                  dynamic=label == "graphnn dynamic")
-        time.sleep(0.3)  # a safeguard: idle worker threads of the last variant go to sleep
         try:
             start = CLOCK()
             forward()
@@ -157,13 +162,25 @@ def run(name, repeat, try_torch_compile):
             step()
             step()  # a whole step compiles twice: the first call creates the gradients
             first_steps = CLOCK() - start
-            fwd_ms = _median_ms(forward, repeat)
-            step_ms = _median_ms(step, repeat)
+            steady = [_median_ms(forward, 3) / 1e3, _median_ms(step, 3) / 1e3]
         except Exception as e:  # torch.compile may not work on this machine
             print(f"  {label}: failed ({type(e).__name__}: {str(e)[:80]})")
             continue
-        compile_s = max(first_fwd - fwd_ms / 1e3, 0) + max(first_steps - 2 * step_ms / 1e3, 0)
-        rows[label] = (fwd_ms, step_ms, compile_s)
+        runners[label] = (forward, step)
+        compile_s[label] = max(first_fwd - steady[0], 0) + max(first_steps - 2 * steady[1], 0)
+    times = {label: ([], []) for label in runners}
+    block = max(2, repeat // ROUNDS)
+    for _ in range(ROUNDS):  # interleaved blocks: a slow spell of the machine hits every variant
+        for which in (0, 1):
+            for label, pair in runners.items():
+                time.sleep(0.3)  # the other library's idle worker threads go to sleep
+                pair[which]()  # untimed: wakes this library's threads after the pause
+                for _ in range(block):
+                    start = CLOCK()
+                    pair[which]()
+                    times[label][which].append(CLOCK() - start)
+    rows = {label: (statistics.median(f) * 1e3, statistics.median(s) * 1e3, compile_s[label])
+            for label, (f, s) in times.items()}
     base_f, base_s, _ = rows["torch eager"]
     print(f"\n{name}: input {list(shape)}, forward {gflop:.3f} GFLOP (GEMM work; a step "
           f"about 3x)")
