@@ -13,8 +13,9 @@ Exactness. Elementwise lowerings (ufuncs with ``out=``; ``where`` as a branch-fr
 reductions with ``out=``, softmax, max pooling, ``scatter_add`` (``np.add.at`` on flat
 positions), ``slice_scatter`` and attention compute the same values in the same order as the
 reference implementations: equal to the interpreter bit for bit. They are emitted only where
-that holds: every data operand has the compute dtype, results are not 0-d, and float16 is
-computed in float32 (``dtype=np.float32``) and rounded once, as the reference does. GEMM-based
+that holds: every data operand has the compute dtype, results are not 0-d (but for ufuncs and
+reductions, whose 0-d results are made arrays), and float16 is computed in float32
+(``dtype=np.float32``) and rounded once, as the reference does. GEMM-based
 lowerings (``matmul`` and ``matmul_epilogue`` with the leading dims of a 3-D+ operand folded
 into one GEMM, a batched ``matmul`` summed over its batch by the next node as one GEMM over the
 batch; ``conv2d``/``conv2d_epilogue`` as im2col + GEMMs with the bias folded in;
@@ -78,10 +79,11 @@ def _nonscalar(node) -> bool:
     return all(v.type.shape for v in node.outputs)
 
 
-def ufunc_compute(node, data_from: int = 0):
+def ufunc_compute(node, data_from: int = 0, scalar: bool = False):
     """The NumPy dtype name a plain ufunc call must compute in to equal the reference
-    implementation ("" for the operands' own dtype), or None when no plain call does."""
-    if not _nonscalar(node):
+    implementation ("" for the operands' own dtype), or None when no plain call does
+    (``scalar``: 0-d results are fine, the caller makes them arrays: ``_zero_d``)."""
+    if not scalar and not _nonscalar(node):
         return None
     dtypes = {v.type.dtype for v in node.inputs[data_from:]}
     if len(dtypes) != 1:
@@ -96,6 +98,12 @@ def ufunc_compute(node, data_from: int = 0):
     return "float32" if dt.np == np.float16 else ""
 
 
+def _zero_d(call: str, node, out: str) -> str:
+    """``call`` made an array when the node's result is 0-d and has no ``out=`` buffer (NumPy
+    returns a scalar there, which the kernel must not hand on)."""
+    return f"np.asarray({call})" if not out and not node.outputs[0].type.shape else call
+
+
 def _call(fn, args, node, ctx, compute, inplace=True) -> str:
     """``fn(args, out=bK[, dtype=...])``; float16 through float32, rounded into the result."""
     extra = f", dtype=np.{compute}" if compute else ""
@@ -103,18 +111,18 @@ def _call(fn, args, node, ctx, compute, inplace=True) -> str:
     call = f"{fn}({', '.join(args)}{out}{extra})"
     if compute and not out:
         call += f".astype({np_dtype(node.outputs[0])})"
-    return call
+    return _zero_d(call, node, out)
 
 
 def _ufunc(node, args, ctx):
-    compute = ufunc_compute(node)
+    compute = ufunc_compute(node, scalar=True)
     if compute is None:
         return None
     return _call(UFUNCS[node.op], args, node, ctx, compute)
 
 
 def _relu(node, args, ctx):
-    compute = ufunc_compute(node)
+    compute = ufunc_compute(node, scalar=True)
     if compute is None:
         return None
     return _call("np.maximum", [args[0], f"{np_dtype(node.outputs[0])}(0)"], node, ctx, compute)
@@ -174,30 +182,31 @@ def _slice_scatter(node, args, ctx):
 
 # ---- reductions and normalisation ----------------------------------------------------------------
 
-def _float_in(node, names=("float32", "float64")) -> bool:
-    return _nonscalar(node) and _dtype_name(node.inputs[0]) in names and \
+def _float_in(node, names=("float32", "float64"), scalar=False) -> bool:
+    return (scalar or _nonscalar(node)) and _dtype_name(node.inputs[0]) in names and \
         node.outputs[0].type.dtype == node.inputs[0].type.dtype
 
 
 def _reduce(fn):
     def lower(node, args, ctx):
-        if not _float_in(node) or node.inputs[0].type.numel == 0:
+        if not _float_in(node, scalar=True) or node.inputs[0].type.numel == 0:
             return None
         axes = normalize_dims(node.op, node.attrs["dims"], node.inputs[0].type.ndim)
-        return f"{fn}({args[0]}, axis={axes!r}, keepdims={node.attrs['keepdim']}" \
-               f"{ctx.out_arg(node)})"
+        out = ctx.out_arg(node)
+        return _zero_d(f"{fn}({args[0]}, axis={axes!r}, keepdims={node.attrs['keepdim']}"
+                       f"{out})", node, out)
     return lower
 
 
 def _mean(node, args, ctx):
-    if not _float_in(node) or node.inputs[0].type.numel == 0:
+    if not _float_in(node, scalar=True) or node.inputs[0].type.numel == 0:
         return None
     t = node.inputs[0].type
     axes = normalize_dims("mean", node.attrs["dims"], t.ndim)
     count = math.prod(t.shape[a] for a in axes)
     out = ctx.out_arg(node)
-    return f"_rt.mean({args[0]}, {axes!r}, {node.attrs['keepdim']}, " \
-           f"{np_dtype(node.outputs[0])}({count}){out})"
+    return _zero_d(f"_rt.mean({args[0]}, {axes!r}, {node.attrs['keepdim']}, "
+                   f"{np_dtype(node.outputs[0])}({count}){out})", node, out)
 
 
 def _softmax(node, args, ctx):

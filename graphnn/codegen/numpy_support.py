@@ -435,6 +435,7 @@ def _masked_softmax_(s, scale, mask, upper):
 
 
 def mean(x, axes, keepdim, count, out=None):
-    """sum / count, as the reference's mean (count given in the result dtype)."""
-    out = np.sum(x, axis=axes, keepdims=keepdim, out=out)
-    return np.true_divide(out, count, out=out)
+    """sum / count, as the reference's mean (count given in the result dtype); without
+    ``out``, a 0-d result is a NumPy scalar (the caller makes it an array)."""
+    total = np.sum(x, axis=axes, keepdims=keepdim, out=out)
+    return np.true_divide(total, count, out=out)
