@@ -7,8 +7,9 @@ numbers must be identical in all three, and each number either is the same in al
 is a function of the size that reproduces all three exactly: ``a*B + c`` for integers (a shape,
 a flattened length, an element count); for floats, the ratio ``p(B)/q(B)`` of two such forms
 (a mean's scale ``1/(4096*B)``, an unbiased variance's ``n/(n - 1)``), read off each literal as
-the simplest fraction it was rounded from, fitted on two sizes and checked on the third. Anything else (a constant whose bytes depend on
-the size, a lowering that chose differently) raises ``NotGeneric`` saying where.
+the simplest fraction it was rounded from, fitted on two sizes and checked on the third.
+Anything else (a constant whose bytes depend on the size, a lowering that chose differently)
+raises ``NotGeneric`` saying where.
 
 ``instantiate(size)`` writes the text for one size (exactly what generating at that size would
 give, for every size where the fitted forms hold); ``render()`` shows the template with the

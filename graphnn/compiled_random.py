@@ -1,0 +1,96 @@
+"""Random values a compiled graph needs drawn per call.
+
+``lift_random(graph)`` replaces each input-less seeded op (``rand`` as dropout uses) by a new
+graph input and returns the ``RandomInputs`` that draw them per call with fresh seeds, in trace
+order, from graphnn's global generator, as eager draws them (the compiling call uses the
+seeds its trace drew). With ``dynamic=True`` the values' shapes follow the batch size
+(``with_batch``). ``has_seeded_ops`` finds seeded ops left inside a graph (attention dropout),
+which compiled code does not draw seeds for.
+"""
+from __future__ import annotations
+
+import copy
+import threading
+
+from .frontend.random import next_seed
+from .ir.graph import map_structure
+from .ir.registry import get_op
+from .ir.types import TensorType
+from .ir.verifier import verify
+from .runtime.shape_template import LinearSize, NotGeneric
+
+
+def has_seeded_ops(graph) -> bool:
+    return any(node.attrs.get("seed") is not None for node in graph.nodes)
+
+
+class RandomInputs:
+    """Random values lifted out of a graph: drawn per call with fresh seeds, in trace order,
+    from graphnn's global generator (as eager draws them, so ``manual_seed`` reproduces).
+    With ``shapes`` (``with_batch``), each value's shape follows the call's batch size, read
+    off dim 0 of the call's tensor number ``carrier``."""
+
+    def __init__(self, specs, shapes=None, carrier=None, traced=True):
+        self.specs = specs  # (op, attrs, TensorType) per lifted input
+        self.shapes, self.carrier = shapes, carrier  # one LinearSize per dim, per spec
+        self._traced = traced  # the next call uses the seeds a trace drew (the compiling one)
+        self._lock = threading.Lock()
+
+    def use_traced_seeds(self, compiling) -> None:
+        """The next draw takes the values of ``compiling`` (the compiling call's own list,
+        whose trace drew the seeds eager would have) instead of fresh ones."""
+        self.specs, self._traced = list(compiling.specs), True
+
+    def with_batch(self, probes, sizes, carrier):
+        """This list (a probe's) for every batch size, from the lists traced at ``sizes``;
+        it draws fresh seeds from its first call on."""
+        if not self.specs:
+            return RandomInputs([], traced=False)
+        if any([(op, set(a)) for op, a, _ in p.specs] != [(op, set(a)) for op, a, _ in self.specs]
+               for p in probes):
+            raise NotGeneric("the random values drawn differ between batch sizes")
+        shapes = []
+        for k, (op, attrs, t) in enumerate(self.specs):
+            traced = [tuple(p.specs[k][2].shape) for p in probes]
+            forms = tuple(LinearSize.fit(list(d), sizes) for d in zip(*traced))
+            if None in forms or (any(f.a for f in forms) and "shape" not in attrs):
+                raise NotGeneric(f"random values of shapes {traced} at batch sizes {sizes}")
+            shapes.append(forms)
+        return RandomInputs(self.specs, shapes, carrier, traced=False)
+
+    def draw(self, tensors) -> list:
+        if not self.specs:
+            return []
+        with self._lock:
+            traced, self._traced = self._traced, False
+        if traced:
+            return [get_op(op).run([], attrs, [t])[0] for op, attrs, t in self.specs]
+        size = tensors[self.carrier]._data.shape[0] if self.shapes else None
+        out = []
+        for k, (op, attrs, t) in enumerate(self.specs):
+            attrs = {**attrs, "seed": next_seed()}
+            if self.shapes:
+                shape = tuple(f.at(size) for f in self.shapes[k])
+                attrs["shape"], t = shape, TensorType(shape, t.dtype)
+            out.append(get_op(op).run([], attrs, [t])[0])
+        return out
+
+
+def lift_random(graph):
+    """(graph with each input-less seeded op replaced by a new input, RandomInputs)."""
+    g = copy.deepcopy(graph)
+    replace, keep, specs = {}, [], []
+    for node in g.nodes:
+        node.inputs = [replace.get(v.name, v) for v in node.inputs]
+        if node.attrs.get("seed") is not None and not node.inputs and len(node.outputs) == 1:
+            name = f"random_{len(specs)}"
+            while name in {v.name for v in g.values()}:
+                name += "_"
+            out = node.outputs[0]
+            replace[out.name] = g.add_input(name, out.type)
+            specs.append((node.op, dict(node.attrs), out.type))
+        else:
+            keep.append(node)
+    g.nodes = keep
+    g.outputs = map_structure(lambda v: replace.get(v.name, v), g.outputs)
+    return verify(g), RandomInputs(specs)

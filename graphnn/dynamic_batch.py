@@ -1,0 +1,159 @@
+"""``compile(..., dynamic=True)``: one entry for every batch size (see docs/architecture.md).
+
+The first call of a signature whose batch dimension is left open is traced again at
+``PROBE_SIZES``; each stage's kernel is fitted over the probes' sources
+(``runtime.dynamic_artifact``) and the traced graph's text over theirs (``program``). An
+``EveryBatch`` entry runs the fitted kernels for a batch size once that size's own trace is
+the fitted graph written out for it (checked at its first call, ``_same_program``); a size whose
+graph differs (Python code depending on the size where the probes could not see it) gets a
+kernel of its own. ``DynamicBatch`` is the part of ``CompiledFunction`` that does this.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+
+import numpy as np
+
+from . import compiled_step
+from .frontend.random import get_rng_state, set_rng_state
+from .frontend.tensor import Tensor
+from .runtime.dynamic_artifact import fit_dynamic_artifact
+from .runtime.shape_template import ShapeTemplate
+
+log = logging.getLogger("graphnn")
+
+PROBE_SIZES = (11, 13, 17)  # batch sizes a dynamic kernel is fitted on (primes: rarely other dims)
+
+
+_SOURCE_LOCATION = re.compile(r' at "(?:[^"\\]|\\.)*"')
+
+
+def program_text(graph) -> str:
+    """A traced graph's text without source locations (a module's lines name its caller's)."""
+    return _SOURCE_LOCATION.sub("", str(graph))
+
+
+def shape_text(shape) -> str:
+    return "[" + ",".join(map(str, shape)) + "]"
+
+
+class EveryBatch:
+    """A dynamic signature's entry: ``inner`` runs the kernels fitted for every batch size;
+    ``program`` is the traced graph's text fitted the same way. A batch size is run once its
+    own trace is ``program`` written out for it (``checked``); otherwise (``rejected``: Python
+    code that depends on the size in a way the probe sizes did not show, as ``x[:20]``) it is
+    compiled on its own."""
+
+    def __init__(self, inner, program, carrier):
+        self.inner, self.program, self.carrier = inner, program, carrier
+        self.checked, self.rejected = set(), set()
+
+    def __call__(self, tensors, state):
+        return self.inner(tensors, state)
+
+
+def resized(args, kwargs, tensors, positions, size):
+    """(args, kwargs, tensors) with the call's tensors at ``positions`` (``_flatten_call``'s
+    order) replaced by zeros whose dim 0 is ``size``: a probe call for ``dynamic=True``."""
+    swap = {}
+    for i in positions:
+        t = tensors[i]
+        probe = Tensor._wrap(np.zeros((size,) + t._data.shape[1:], t._data.dtype))
+        swap[id(t)] = probe.requires_grad_(True) if t.requires_grad else probe
+
+    def walk(v):
+        if isinstance(v, Tensor):
+            return swap.get(id(v), v)
+        if isinstance(v, (tuple, list)):
+            items = [walk(x) for x in v]
+            if isinstance(v, list):
+                return items
+            return type(v)(*items) if hasattr(v, "_fields") else tuple(items)
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        return v
+
+    return walk(args), walk(kwargs), [swap.get(id(t), t) for t in tensors]
+
+
+class DynamicBatch:
+    """``CompiledFunction``'s dynamic-batch methods; they use its ``_stages``, ``_trace``,
+    ``_artifact_options``, ``_warn_once``, ``_lock``, ``_backend`` and ``name``."""
+
+    def _same_program(self, entry, args, kwargs, tensors) -> bool:
+        """Whether this call's batch size may run ``entry`` (an ``_EveryBatch``): decided at
+        the first call of each size by tracing it (no passes, no code generation; the global
+        random state is left as it was) and comparing the graph with the fitted one."""
+        size = tensors[entry.carrier]._data.shape[0]
+        if size in entry.checked:
+            return True
+        with self._lock:
+            if size in entry.checked or size in entry.rejected:
+                return size in entry.checked
+            rng = get_rng_state()
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    graph, _, _ = self._trace(args, kwargs, [])
+                mismatch = entry.program.mismatch(program_text(graph), size)
+            except Exception as error:  # noqa: BLE001
+                mismatch = f"{type(error).__name__}: {error}"
+            finally:
+                set_rng_state(rng)
+            if mismatch:
+                entry.rejected.add(size)
+                log.info("graphnn: %s: batch size %d traces another graph than the one fitted "
+                         "for every batch size (%s); it is compiled on its own", self.name,
+                         size, mismatch)
+                return False
+            entry.checked.add(size)
+            return True
+
+    def _every_batch(self, staged, sig, args, kwargs, tensors):
+        """An ``_EveryBatch`` entry serving every batch size >= 2, fitted on the call traced
+        again at ``PROBE_SIZES`` (the global random state is left as the call's own trace left
+        it); its ``checked`` is empty when this call's own graph is not the fitted one (its
+        size gets a kernel of its own). None, after a warning saying why, when the kernels
+        depend on the batch size in a way that cannot be fitted."""
+        carriers = [i for i, spec in enumerate(sig.inputs) if spec.shape[:1] == (None,)]
+        size = tensors[carriers[0]]._data.shape[0]
+        rng = get_rng_state()
+        try:
+            probes = [self._stages(sig, *resized(args, kwargs, tensors, carriers, probe))
+                      for probe in PROBE_SIZES]
+            program = ShapeTemplate.fit([p.program for p in probes], PROBE_SIZES,
+                                        "the traced graph")
+            artifacts = {}
+            for stage in probes[0].graphs:
+                graphs = [p.graphs[stage] for p in probes]
+                plans = [compiled_step.plan_with_updates(g, stage) for g in graphs]
+                artifacts[stage] = fit_dynamic_artifact(
+                    graphs, plans, PROBE_SIZES, self._backend,
+                    [self._artifact_options(p, stage) for p in plans], self.name)
+            random = probes[0].random.with_batch([p.random for p in probes], PROBE_SIZES,
+                                                 carriers[0])
+        except Exception as error:  # noqa: BLE001
+            staged.graphs  # the call's own compile failing is not about batch sizes: raise it
+            self._warn_once(("dynamic", str(error)),
+                            f"graphnn: {self.name}: dynamic=True: no kernel for every batch "
+                            f"size ({type(error).__name__}: {error}); compiling for input "
+                            f"{carriers[0]} shape {shape_text(tensors[carriers[0]].shape)} "
+                            f"only")
+            return None
+        finally:
+            set_rng_state(rng)
+        entry = EveryBatch(probes[0].make(artifacts, random), program, carriers[0])
+        mismatch = program.mismatch(staged.program, size)
+        if mismatch:
+            entry.rejected.add(size)
+            log.info("graphnn: %s: batch size %d traces another graph than the one fitted for "
+                     "every batch size (%s); it is compiled on its own", self.name, size,
+                     mismatch)
+        else:
+            entry.checked.add(size)
+            random.use_traced_seeds(staged.random)
+        log.info("graphnn: compiled %s for every batch size B >= 2 (dim 0 of tensor inputs %s)",
+                 self.name, ", ".join(map(str, carriers)))
+        return entry
