@@ -35,7 +35,6 @@ import json
 import math
 import os
 import struct
-import uuid
 import zlib
 
 import numpy as np
@@ -43,6 +42,7 @@ import numpy as np
 from .frontend.tensor import Tensor
 from .ir.dtypes import ALL_DTYPES, DType
 from .ir.errors import GraphnnError, SerializationError, UnsupportedError
+from .runtime.atomic_file import write_atomically
 
 __all__ = ["save", "load", "SaveTypeError", "MAGIC", "FORMAT_VERSION"]
 
@@ -178,23 +178,7 @@ def save(obj, f) -> None:
         for part in parts:
             f.write(part)
         return
-    path = os.fsdecode(os.fspath(f))
-    folder, base = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{base}.{uuid.uuid4().hex[:12]}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for part in parts:
-                out.write(part)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomically(f, parts)
 
 
 # ---- load -------------------------------------------------------------------------------------

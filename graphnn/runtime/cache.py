@@ -14,9 +14,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 import threading
 from dataclasses import dataclass
+
+from .atomic_file import write_atomically
 
 log = logging.getLogger("graphnn")
 
@@ -86,17 +87,7 @@ def write_source(key: str, source: str) -> None:
     directory = cache_dir()
     try:
         os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(f"{HEADER}{_digest(source)}\n{source}")
-            os.replace(tmp, entry_path(key))
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        write_atomically(entry_path(key), [f"{HEADER}{_digest(source)}\n{source}".encode()])
     except OSError as e:
         log.warning("graphnn: cannot write the kernel cache in %s (%s)", directory, e)
 
