@@ -83,7 +83,7 @@ class DynamicBatch:
     ``_artifact_options``, ``_warn_once``, ``_lock``, ``_backend`` and ``name``."""
 
     def _same_program(self, entry, args, kwargs, tensors) -> bool:
-        """Whether this call's batch size may run ``entry`` (an ``_EveryBatch``): decided at
+        """Whether this call's batch size may run ``entry`` (an ``EveryBatch``): decided at
         the first call of each size by tracing it (no passes, no code generation; the global
         random state is left as it was) and comparing the graph with the fitted one."""
         size = tensors[entry.carrier]._data.shape[0]
@@ -112,17 +112,20 @@ class DynamicBatch:
             return True
 
     def _every_batch(self, staged, sig, args, kwargs, tensors):
-        """An ``_EveryBatch`` entry serving every batch size >= 2, fitted on the call traced
+        """An ``EveryBatch`` entry serving every batch size >= 2, fitted on the call traced
         again at ``PROBE_SIZES`` (the global random state is left as the call's own trace left
-        it); its ``checked`` is empty when this call's own graph is not the fitted one (its
-        size gets a kernel of its own). None, after a warning saying why, when the kernels
-        depend on the batch size in a way that cannot be fitted."""
+        it; warnings of the probe traces are not shown again); its ``checked`` is empty when
+        this call's own graph is not the fitted one (its size gets a kernel of its own). None,
+        after a warning saying why, when the kernels depend on the batch size in a way that
+        cannot be fitted."""
         carriers = [i for i, spec in enumerate(sig.inputs) if spec.shape[:1] == (None,)]
         size = tensors[carriers[0]]._data.shape[0]
         rng = get_rng_state()
         try:
-            probes = [self._stages(sig, *resized(args, kwargs, tensors, carriers, probe))
-                      for probe in PROBE_SIZES]
+            with warnings.catch_warnings():  # the call's own trace has shown them
+                warnings.simplefilter("ignore")
+                probes = [self._stages(sig, *resized(args, kwargs, tensors, carriers, probe))
+                          for probe in PROBE_SIZES]
             program = ShapeTemplate.fit([p.program for p in probes], PROBE_SIZES,
                                         "the traced graph")
             artifacts = {}
