@@ -11,6 +11,7 @@ signature needed a recompile (``input 0 shape [32,3,32,32] -> [16,3,32,32]``). W
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -21,8 +22,9 @@ class GuardError(GraphnnError, TypeError):
     """A call whose inputs do not fit the artifact's signature (count, dtype or shape)."""
 
 
-@dataclass(frozen=True)
-class TensorSpec:
+class TensorSpec(NamedTuple):
+    """One tensor's part of a signature (a named tuple: built and hashed at every call)."""
+
     shape: tuple
     dtype: str
     requires_grad: bool
