@@ -13,7 +13,10 @@ def fold_constants(graph: Graph) -> Graph:
     implementation and replace them by constants.
 
     Random ops are left alone (their values are seeded, but large and better generated), as are
-    results above ``MAX_FOLDED_ELEMENTS`` elements. Guarantees: bit-identical outputs.
+    results above ``MAX_FOLDED_ELEMENTS`` elements. Guarantees: each folded value is bit for bit
+    what the reference computes. A folded constant is stored contiguous where the reference gave
+    a strided view (a permute), so a reduction reading it may sum in another order and round
+    differently (within float rounding; tests/test_pass_properties.py).
     """
     rw = Rewriter(graph)
     for node in graph.nodes:
