@@ -1,27 +1,52 @@
-"""Generated source, cached in memory and on disk.
+"""Generated source, cached in memory and on disk; kernels loaded by importing their file.
 
 The key of a kernel is ``sha256(graph text + backend version + options)``. The memory cache
 maps a key to the loaded kernel (so a second compile of the same graph, by another model
-instance or another ``compile`` call, generates nothing). The disk cache keeps the source under
-``$GRAPHNN_CACHE_DIR`` (default ``~/.cache/graphnn``), one file per key, written atomically
-(temporary file + ``os.replace``). Each file starts with a header holding the sha256 of its body:
-an entry that is unreadable, truncated or altered fails that check (or fails to load) and is
-regenerated and rewritten, never trusted. ``get_source`` is the same lookup for a source that
-is not loaded as it is (the probes a dynamic kernel is fitted from).
+instance or another ``compile`` call, generates nothing). ``get_source`` is the same lookup for
+a source that is not loaded as it is (the probes a dynamic kernel is fitted from).
+
+The disk cache keeps one file ``<key>.py`` per key under ``$GRAPHNN_CACHE_DIR`` (default
+``~/.cache/graphnn``; created with mode 0700), written atomically with mode 0600. The file's
+first line holds the sha256 of the rest: it detects corruption (a truncated or garbled file),
+not tampering, since whoever can write an entry can write a matching sum. Tampering is kept out
+by who can write: the directory and the entry are read only when they pass ``private_dir``'s
+checks (owned by this user, not writable by group or others, and the parents safe). A cache
+directory that fails them is neither read nor written: a ``KernelCacheWarning`` says why (once
+per directory and process) and kernels are written to a private directory made for this process
+(``tempfile.mkdtemp``, removed at exit) and loaded from there. An entry file that fails them in
+a trusted directory is warned about the same way and replaced.
+
+A kernel is loaded by importing its file as a module and taking its ``kernel`` (a backend's
+``load(source)`` serves only texts that are no entry: a dynamic kernel's per size), compiled from
+the ``.py`` source at every import: no bytecode is read from or written to ``__pycache__``, so
+a planted ``.pyc`` is never run. An entry that fails to import is deleted and regenerated. The
+cache never calls a kernel: a kernel that raises when called raises to its caller, once.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
+import importlib.machinery
+import importlib.util
 import logging
 import os
+import shutil
+import tempfile
 import threading
+import warnings
 from dataclasses import dataclass
 
 from .atomic_file import write_atomically
+from .private_dir import make_private_dir, why_untrusted_dir, why_untrusted_file
 
 log = logging.getLogger("graphnn")
 
 HEADER = "# graphnn kernel cache entry sha256="
+
+
+class KernelCacheWarning(UserWarning):
+    """The disk cache, or one entry of it, was not used because someone other than this user
+    could have written it (the message says what and why)."""
 
 
 @dataclass
@@ -29,15 +54,19 @@ class CacheStats:
     generated: int = 0  # sources produced by a backend's generate()
     memory_hits: int = 0
     disk_hits: int = 0
-    disk_corrupt: int = 0  # entries found unreadable or altered, then regenerated
+    disk_corrupt: int = 0  # entries found unreadable, altered or not importable, then regenerated
+    disk_untrusted: int = 0  # lookups that found the directory or the entry failing the checks
 
     def reset(self) -> None:
-        self.generated = self.memory_hits = self.disk_hits = self.disk_corrupt = 0
+        self.generated = self.memory_hits = self.disk_hits = 0
+        self.disk_corrupt = self.disk_untrusted = 0
 
 
 stats = CacheStats()
 _memory: dict = {}  # key -> (source, kernel)
 _sources: dict = {}  # key -> source (``get_source``: generated, not loaded)
+_warned: set = set()  # cache directories a KernelCacheWarning was given for
+_fallback_dir = None  # this process's private directory, once made
 _lock = threading.Lock()
 
 
@@ -54,18 +83,53 @@ def cache_key(graph_text: str, backend_version: str, options: str = "") -> str:
     return h.hexdigest()
 
 
-def entry_path(key: str) -> str:
-    return os.path.join(cache_dir(), f"{key}.py")
+def entry_path(directory: str, key: str) -> str:
+    return os.path.join(directory, f"{key}.py")
 
 
 def _digest(body: str) -> str:
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 
-def read_source(key: str):
-    """The cached source for ``key``, or None when absent or not trustworthy."""
-    path = entry_path(key)
+def _warn_once(directory: str, message: str) -> None:
+    """Count an untrusted lookup; warn with ``message`` unless ``directory`` was warned about."""
+    stats.disk_untrusted += 1
+    with _lock:
+        if directory in _warned:
+            return
+        _warned.add(directory)
+    warnings.warn(KernelCacheWarning(message), stacklevel=4)
+
+
+def trusted_cache_dir():
+    """The cache directory (created with mode 0700 if absent), or None when it fails the
+    ``private_dir`` checks (warned once) or cannot be created or examined (logged)."""
+    directory = cache_dir()
     try:
+        make_private_dir(directory)
+        reason = why_untrusted_dir(directory)
+    except OSError as e:
+        log.warning("graphnn: cannot use the kernel cache in %s (%s)", directory, e)
+        return None
+    if reason is not None:
+        _warn_once(directory, f"graphnn: kernel cache {directory} not used: {reason}; kernels are "
+                   f"written to a private directory of this process instead (give the directory "
+                   f"and its parents to this user, not writable by group or others, or set "
+                   f"GRAPHNN_CACHE_DIR to such a directory)")
+        return None
+    return directory
+
+
+def read_source(directory: str, key: str):
+    """The source of ``key``'s entry in the trusted ``directory``, or None when it is absent,
+    unreadable, corrupt (checksum) or fails the ``private_dir`` file check (warned once)."""
+    path = entry_path(directory, key)
+    try:
+        reason = why_untrusted_file(path)
+        if reason is not None:
+            _warn_once(directory, f"graphnn: kernel cache entry not used: {reason}; it is "
+                       f"regenerated in its place")
+            return None
         with open(path, "r", encoding="utf-8") as f:
             text = f.read()
     except FileNotFoundError:
@@ -82,39 +146,97 @@ def read_source(key: str):
     return body
 
 
-def write_source(key: str, source: str) -> None:
-    """Write atomically; a cache that cannot be written is skipped with a log line."""
-    directory = cache_dir()
+def write_entry(directory: str, key: str, source: str) -> str:
+    """Write ``key``'s entry into ``directory`` atomically, mode 0600; returns its path.
+    Raises OSError (nothing is left behind then)."""
+    path = entry_path(directory, key)
+    write_atomically(path, [f"{HEADER}{_digest(source)}\n{source}".encode()], mode=0o600)
+    return path
+
+
+def _try_write(directory, key: str, source: str):
+    """``write_entry``'s path, or None when ``directory`` is None or the write fails (logged)."""
+    if directory is None:
+        return None
     try:
-        os.makedirs(directory, exist_ok=True)
-        write_atomically(entry_path(key), [f"{HEADER}{_digest(source)}\n{source}".encode()])
+        return write_entry(directory, key, source)
     except OSError as e:
         log.warning("graphnn: cannot write the kernel cache in %s (%s)", directory, e)
+        return None
+
+
+def _private_fallback_dir() -> str:
+    """This process's own directory for kernels (mode 0700, made once, removed at exit)."""
+    global _fallback_dir
+    with _lock:
+        if _fallback_dir is None:
+            _fallback_dir = tempfile.mkdtemp(prefix="graphnn-kernels-")
+            atexit.register(shutil.rmtree, _fallback_dir, True)
+        return _fallback_dir
+
+
+class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
+    """Compiles the file's source at every import: reads no bytecode from ``__pycache__`` and
+    writes none there."""
+
+    def get_code(self, fullname):
+        path = self.get_filename(fullname)
+        return self.source_to_code(self.get_data(path), path)
+
+
+def import_kernel(path: str):
+    """Import the file ``path`` as a fresh module (not entered in ``sys.modules``) and return
+    its ``kernel``. When that raises, the file is deleted and the error re-raised."""
+    name = "graphnn_kernel_" + os.path.basename(path)[:16]
+    loader = _SourceOnlyLoader(name, path)
+    module = importlib.util.module_from_spec(
+        importlib.util.spec_from_file_location(name, path, loader=loader))
+    try:
+        loader.exec_module(module)
+        return module.kernel
+    except Exception:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        raise
+
+
+def _load_entry(directory: str, key: str):
+    """(source, kernel) from ``key``'s entry in the trusted ``directory``, or None when there
+    is no usable one (one that fails to import is deleted)."""
+    source = read_source(directory, key)
+    if source is None:
+        return None
+    path = entry_path(directory, key)
+    try:
+        kernel = import_kernel(path)
+    except Exception as e:  # noqa: BLE001  (any import error: the entry is not usable)
+        log.warning("graphnn: cached kernel %s failed to import (%s: %s); regenerating", path,
+                    type(e).__name__, e)
+        stats.disk_corrupt += 1
+        return None
+    stats.disk_hits += 1
+    return source, kernel
 
 
 def get_kernel(graph, backend, plan=None, options: str = ""):
-    """(source, kernel) for ``graph``: from memory, from disk, or generated (then stored)."""
+    """(source, kernel) for ``graph``: from memory, from disk, or generated (then stored in the
+    cache directory, or in this process's private one when that is not trusted or writable)."""
     key = cache_key(str(graph), backend.BACKEND_VERSION, options)
     hit = _remembered(_memory, key)
     if hit is not None:
         return hit
-    source = read_source(key)
-    kernel = None
-    if source is not None:
-        try:
-            kernel = backend.load(source)
-            stats.disk_hits += 1
-        except Exception as e:  # noqa: BLE001  (valid checksum, bad source: never trusted)
-            log.warning("graphnn: cached kernel %s failed to load (%s); regenerating",
-                        entry_path(key), e)
-            stats.disk_corrupt += 1
-            kernel = None
-    if kernel is None:
-        source = _generated(key, lambda: backend.generate(graph, plan))
-        kernel = backend.load(source)
+    directory = trusted_cache_dir()
+    loaded = _load_entry(directory, key) if directory is not None else None
+    if loaded is None:
+        source = _generated(lambda: backend.generate(graph, plan))
+        path = _try_write(directory, key, source) or \
+            write_entry(_private_fallback_dir(), key, source)
+        loaded = source, import_kernel(path)
     with _lock:
-        _memory[key] = (source, kernel)
-    return source, kernel
+        _memory[key] = loaded
+    return loaded
 
 
 def _remembered(table: dict, key: str):
@@ -126,33 +248,37 @@ def _remembered(table: dict, key: str):
     return hit
 
 
-def _generated(key: str, generate) -> str:
-    """``generate()``'s source, counted and written to the disk cache under ``key``."""
+def _generated(generate) -> str:
+    """``generate()``'s source, counted."""
     source = generate()
     stats.generated += 1
-    write_source(key, source)
     return source
 
 
 def get_source(graph, backend, plan=None, options: str = "", kernel_id=None) -> str:
     """The source for ``graph`` without loading it (a dynamic kernel's probes, see
-    ``dynamic_artifact``): from memory, from disk (checksum verified), or generated with
-    ``kernel_id`` (then stored)."""
+    ``dynamic_artifact``): from memory, from a trusted disk cache (checksum verified), or
+    generated with ``kernel_id`` (then stored there)."""
     key = cache_key(str(graph), backend.BACKEND_VERSION, f"{options};kernel_id={kernel_id}")
     hit = _remembered(_sources, key)
     if hit is not None:
         return hit
-    source = read_source(key)
+    directory = trusted_cache_dir()
+    source = read_source(directory, key) if directory is not None else None
     if source is not None:
         stats.disk_hits += 1
     else:
-        source = _generated(key, lambda: backend.generate(graph, plan, kernel_id=kernel_id))
+        source = _generated(lambda: backend.generate(graph, plan, kernel_id=kernel_id))
+        _try_write(directory, key, source)
     with _lock:
         _sources[key] = source
     return source
 
 
 def clear_memory() -> None:
+    """Forget the kernels and sources held in memory and the warnings given, as a new process
+    would start."""
     with _lock:
         _memory.clear()
         _sources.clear()
+        _warned.clear()
