@@ -7,8 +7,7 @@ every batch size. A training-step function (it calls
 from __future__ import annotations
 
 import argparse
-import sys
-import traceback
+import functools
 import warnings
 
 from . import GraphnnError, stages
@@ -16,7 +15,9 @@ from .compiler import CompileWarning
 from .compiler import compile as compile_fn
 from .compiled_step import plan_with_updates, step_graph
 from .codegen import numpy_backend
-from .cli_target import UsageError, add_target_arguments, fail, prepare_target, traced_target
+from .cli_inputs import ALLOCATION_LIMIT, allocated
+from .cli_target import add_target_arguments, pass_names, run_command, traced_target
+from .cli_usage import UsageError
 from .frontend.grad_mode import no_grad
 from .ir import Graph
 from .passes.pipeline import PIPELINE
@@ -46,13 +47,11 @@ Each line of the text form is one op: its result values and types, the op and it
 its attributes, the Module path that produced it (@features.0; @<root> for the model's own
 forward), the source line, and fuse=gN when a fusion pass put it in a kernel group.
 Passes, in pipeline order: {passes}.
-Exit status: 0 on success, 2 for a usage error, 1 when tracing fails (the message names the
-Module path, e.g. "Conv2d at 'features.0': ...").
+Example inputs are never allocated for tracing (only --dynamic, which runs the target, does).
+Exit status: 0 on success; 2 for a usage error: a bad TARGET, --input or option, or any
+exception (SystemExit included) raised while importing the target or building the model; 1 when
+tracing fails (the message names the Module path, e.g. "Conv2d at 'features.0': ...").
 """
-
-
-def _names(text):
-    return [n.strip() for n in text.split(",") if n.strip()] if text else None
 
 
 def add_parser(commands) -> None:
@@ -81,7 +80,8 @@ def add_parser(commands) -> None:
     p.add_argument("--dynamic", action="store_true",
                    help="with --stage kernels: the kernel graphnn.compile(..., dynamic=True) "
                         "builds for every batch size (sizes written with B); the target is "
-                        "compiled and called once with the example inputs")
+                        "compiled and called once with the example inputs, which are "
+                        f"allocated for it (zeros, {ALLOCATION_LIMIT >> 30} GiB at most in all)")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
 
 
@@ -94,7 +94,8 @@ def _step_text(graph: Graph, step, args) -> str:
                          "its backward is part of --stage optimized, which takes no --after or "
                          "--diff")
     if stage != "traced":
-        graph = step_graph(graph, step.backward, _names(args.passes), _names(args.disable))
+        graph = step_graph(graph, step.backward, pass_names(args.passes),
+                           pass_names(args.disable))
     elif args.passes or args.disable:
         raise UsageError("--passes and --disable need --stage optimized or kernels")
     if stage == "kernels":
@@ -111,7 +112,7 @@ def _staged_text(graph: Graph, args) -> str:
             raise UsageError("--after, --diff, --passes and --disable need --stage optimized "
                              "or backward")
         return FORMATS[args.format](graph)
-    passes, disable = _names(args.passes), _names(args.disable)
+    passes, disable = pass_names(args.passes), pass_names(args.disable)
     if stage == "kernels":
         if args.after or args.diff or args.format != "text":
             raise UsageError("--stage kernels prints Python source: it takes no --after, "
@@ -139,14 +140,16 @@ def _staged_text(graph: Graph, args) -> str:
 
 
 def _dynamic_text(callee, inputs, step, args) -> str:
-    """The kernel ``compile(callee, dynamic=True)`` builds at its first call with ``inputs``
-    (a model runs under no_grad, as the inference kernel; a training step takes one step).
-    A target whose kernels do not fit every batch size is an error saying why."""
+    """The kernel ``compile(callee, dynamic=True)`` builds at its first call with zero
+    tensors shaped as ``inputs`` (a model runs under no_grad, as the inference kernel; a
+    training step takes one step). A target whose kernels do not fit every batch size is an
+    error saying why; inputs too big to allocate are a UsageError."""
     if args.stage != "kernels" or args.after or args.diff or args.format != "text":
         raise UsageError("--dynamic prints the kernel for every batch size: it needs --stage "
                          "kernels and takes no --after, --diff or --format")
-    compiled = compile_fn(callee, dynamic=True, passes=_names(args.passes),
-                          disable=_names(args.disable))
+    inputs = allocated(inputs)
+    compiled = compile_fn(callee, dynamic=True, passes=pass_names(args.passes),
+                          disable=pass_names(args.disable))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CompileWarning)
         if step is None:
@@ -162,29 +165,14 @@ def _dynamic_text(callee, inputs, step, args) -> str:
 
 
 def run(args) -> int:
-    callee = None
-    try:
-        name, callee, inputs = prepare_target(args)
-        graph, step = traced_target("dump-ir", name, callee, inputs)
-        if args.dynamic:
-            text = _dynamic_text(callee, inputs, step, args)
-        elif step is None:
-            text = _staged_text(graph, args)
-        else:
-            text = _step_text(graph, step, args)
-        if args.output:
-            try:
-                with open(args.output, "w", encoding="utf-8") as f:
-                    f.write(text)
-            except OSError as e:
-                raise UsageError(f"cannot write {args.output}: {e.strerror}") from None
-        else:
-            sys.stdout.write(text)
-        return 0
-    except UsageError as e:
-        return fail("dump-ir", e, 2)
-    except GraphnnError as e:
-        return fail("dump-ir", e, 1, callee)
-    except Exception as e:  # the user's code failed: show where
-        traceback.print_exc()
-        return fail("dump-ir", f"{type(e).__name__}: {e}", 1, callee)
+    return run_command("dump-ir", args, functools.partial(_text, args))
+
+
+def _text(args, name: str, callee, inputs) -> str:
+    """What dump-ir prints for the prepared target."""
+    graph, step = traced_target("dump-ir", name, callee, inputs)
+    if args.dynamic:
+        return _dynamic_text(callee, inputs, step, args)
+    if step is None:
+        return _staged_text(graph, args)
+    return _step_text(graph, step, args)

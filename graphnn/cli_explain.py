@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
-import traceback
+import functools
 
-from . import GraphnnError
-from .cli_target import UsageError, add_target_arguments, fail, prepare_target, traced_target
+from .cli_target import add_target_arguments, pass_names, run_command, traced_target
 from .explain import explain
 
 
@@ -17,7 +15,10 @@ def add_parser(commands) -> None:
                     "print, per Module, which fusions happened and which were refused and\n"
                     "why, attention near-misses, what the backward saves or recomputes, and\n"
                     "peak memory before and after planning.",
-        epilog="example:\n  graphnn explain examples/models.py:SmallCNN --input 8x3x32x32",
+        epilog="example:\n  graphnn explain examples/models.py:SmallCNN --input 8x3x32x32\n\n"
+               "Exit status: 0 on success; 2 for a usage error (a bad TARGET, --input or "
+               "option, or\nany exception raised while importing the target or building the "
+               "model); 1 when\ntracing fails.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_target_arguments(p)
     p.add_argument("--passes", metavar="P1,P2", help="run only these passes")
@@ -27,23 +28,11 @@ def add_parser(commands) -> None:
     p.set_defaults(handler=run)
 
 
-def _names(text):
-    return [n.strip() for n in text.split(",") if n.strip()] if text else None
-
-
 def run(args) -> int:
-    callee = None
-    try:
-        name, callee, inputs = prepare_target(args)
-        traced_target("explain", name, callee, inputs)  # reports trace errors with exit 1
-        report = explain(callee, *inputs, passes=_names(args.passes),
-                         disable=_names(args.disable), training=args.with_training)
-        sys.stdout.write(str(report))
-        return 0
-    except UsageError as e:
-        return fail("explain", e, 2)
-    except GraphnnError as e:
-        return fail("explain", e, 1, callee)
-    except Exception as e:
-        traceback.print_exc()
-        return fail("explain", f"{type(e).__name__}: {e}", 1, callee)
+    return run_command("explain", args, functools.partial(_report, args))
+
+
+def _report(args, name: str, callee, inputs) -> str:
+    traced_target("explain", name, callee, inputs)  # reports trace errors with exit 1
+    return str(explain(callee, *inputs, passes=pass_names(args.passes),
+                       disable=pass_names(args.disable), training=args.with_training))

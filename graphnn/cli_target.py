@@ -1,15 +1,18 @@
 """What ``graphnn dump-ir`` and ``graphnn explain`` share: naming a model on the command line
-(TARGET and --input), building it, and tracing it.
+(TARGET and --input), building it, tracing it, and turning errors into exit statuses.
 
 TARGET names a Module class (constructed with no arguments), a function returning a Module
 (called with no arguments), a Module instance, or a function of tensors, in a file
 (``path/to/file.py:NAME``) or an importable module (``package.module:NAME``). Usage errors (a bad
 TARGET or --input, a missing file or name, a factory needing arguments, inputs that do not fit
-the forward's arguments) exit with status 2; errors raised while tracing (a shape that does not
-fit the model, data-dependent control flow) exit with status 1. Both print one line to stderr.
+the forward's arguments, and any exception raised while importing the target or building the
+Module, SystemExit included) exit with status 2; errors raised while tracing (a shape that does
+not fit the model, data-dependent control flow) exit with status 1. Both print one line to
+stderr. A KeyboardInterrupt is never caught.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.util
@@ -17,19 +20,19 @@ import inspect
 import os
 import re
 import sys
+import traceback
 import typing
 import warnings
 from dataclasses import dataclass
 
-from . import nn, trace, zeros
+from . import GraphnnError, nn, trace
+from .cli_inputs import ALLOCATION_LIMIT, parse_input
+from .cli_usage import UsageError, fail
 from .compiled_step import trace_function
 from .step_state import StepState
 from .frontend.tracer import TraceError, TraceWarning
-from .ir.dtypes import dtype_from_name
 
-
-class UsageError(Exception):
-    """A TARGET or option that the command cannot use (exit status 2)."""
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def add_target_arguments(p) -> None:
@@ -41,7 +44,10 @@ def add_target_arguments(p) -> None:
     p.add_argument("--input", "-i", action="append", default=[], metavar="SHAPE[:DTYPE]",
                    help="shape of one example input, dims joined by 'x' (32x3x32x32; 'scalar' "
                         "for a 0-d tensor), optionally with a dtype (8x16:int64); float32 by "
-                        "default. Repeat it for each tensor argument, in order")
+                        "default. Repeat it for each tensor argument, in order. Tracing never "
+                        "allocates the inputs, so any shape a NumPy array can have works (at "
+                        "most 64 dims and 2**63-1 bytes); --dynamic runs the target and "
+                        f"allocates them, {ALLOCATION_LIMIT >> 30} GiB at most in all")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--eval", dest="training", action="store_false",
                       help="trace the model in eval mode (the default)")
@@ -75,47 +81,89 @@ def traced_target(command: str, name: str, callee, inputs):
     return result
 
 
-def fail(command: str, message, status: int, callee=None) -> int:
-    """Print ``graphnn COMMAND: error: ...`` (and a hint for functions of tensors); return
-    ``status``."""
-    print(f"graphnn {command}: error: {message}", file=sys.stderr)
-    needed = getattr(callee, "needed_arguments", None)
-    if needed:
-        print(f"graphnn {command}: note: {callee.__name__} was traced as a function of tensors "
-              f"(it takes {', '.join(needed)}); a factory must take no arguments",
-              file=sys.stderr)
-    return status
+def pass_names(text):
+    """``--passes``/``--disable``'s ``P1,P2`` as a list of names (None when not given)."""
+    return [n.strip() for n in text.split(",") if n.strip()] if text else None
 
 
-def parse_input(spec: str):
-    """``32x3x32x32`` or ``8x16:int64`` (or ``scalar``) as a zero tensor of that shape."""
-    m = re.fullmatch(r"(scalar|\d+(?:x\d+)*)(?::(\w+))?", spec.strip())
-    if m is None:
-        raise UsageError(f"--input {spec!r} is not a shape such as 32x3x32x32 or 8x16:int64")
-    shape = () if m.group(1) == "scalar" else tuple(int(d) for d in m.group(1).split("x"))
+def run_command(command: str, args, produce) -> int:
+    """Prepare the target named by ``args`` and write ``produce(name, callee, inputs)``'s text
+    to ``args.output`` (when the command has it and it is given) or stdout. Returns the exit
+    status: 0; 2 for a UsageError; 1 for an error while tracing or compiling (a GraphnnError,
+    or any exception of the user's code, SystemExit included, shown with its traceback)."""
+    callee = None
     try:
-        dtype = dtype_from_name(m.group(2) or "float32")
-    except TypeError:
-        raise UsageError(f"--input {spec!r}: unknown dtype {m.group(2)!r} (use float32, "
-                         f"float64, float16, int64, int32, bool...)") from None
-    return zeros(shape, dtype=dtype)
+        name, callee, inputs = prepare_target(args)
+        text = produce(name, callee, inputs)
+        output = getattr(args, "output", None)
+        if output:
+            try:
+                with open(output, "w", encoding="utf-8") as f:
+                    f.write(text)
+            except OSError as e:
+                raise UsageError(f"cannot write {output}: {e.strerror}") from None
+        else:
+            sys.stdout.write(text)
+        return 0
+    except UsageError as e:
+        return fail(command, e, 2)
+    except GraphnnError as e:
+        return fail(command, e, 1, callee)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # the user's code failed while tracing: show where
+        traceback.print_exc()
+        return fail(command, f"{type(e).__name__}: {e}", 1, callee)
+
+
+@contextlib.contextmanager
+def _user_code(doing: str):
+    """Run the user's code that loads or builds the target: any exception it raises (any
+    BaseException but KeyboardInterrupt) becomes a one-line UsageError, ``DOING raised
+    ERROR at FILE:LINE``. UsageErrors raised inside go through unchanged."""
+    try:
+        yield
+    except (KeyboardInterrupt, UsageError):
+        raise
+    except BaseException as e:
+        raise UsageError(f"{doing} raised {_one_line(e)}{_raised_at(e)}") from None
+
+
+def _one_line(error: BaseException) -> str:
+    """``repr(error)`` (``SystemExit(0)``, ``ValueError('...')``) with line breaks escaped."""
+    try:
+        text = repr(error)
+    except Exception:  # a hostile __repr__
+        text = type(error).__name__
+    return "\\n".join(text.splitlines())
+
+
+def _raised_at(error: BaseException) -> str:
+    """`` at FILE:LINE`` of the innermost frame of ``error``'s traceback outside graphnn and
+    importlib (where the user's code raised it), or ``""``."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if not f.filename.startswith(("<", _PACKAGE_DIR))]
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 
 
 def load_target(target: str):
-    """(NAME, the object it names) for ``file.py:NAME`` or ``package.module:NAME``."""
+    """(NAME, the object it names) for ``file.py:NAME`` or ``package.module:NAME``. Anything
+    the import raises is a UsageError, and leaves sys.modules and sys.path as they were."""
     location, _, name = target.rpartition(":")
     if not location or not name:
         raise UsageError(f"TARGET {target!r} must be path/to/file.py:NAME or "
                          f"package.module:NAME")
-    if location.endswith(".py") or "/" in location or os.sep in location:
-        module = _import_file(location)
-    else:
-        module = _import_module(location)
+    with _user_code(f"importing {location}"):
+        if location.endswith(".py") or "/" in location or os.sep in location:
+            module = _import_file(location)
+        else:
+            module = _import_module(location)
     obj = module
-    for part in name.split("."):
-        if not hasattr(obj, part):
-            raise UsageError(f"{location} has no {name!r}; it defines: {_offer(module)}")
-        obj = getattr(obj, part)
+    with _user_code(f"getting {name} from {location}"):
+        for part in name.split("."):
+            if not hasattr(obj, part):
+                raise UsageError(f"{location} has no {name!r}; it defines: {_offer(module)}")
+            obj = getattr(obj, part)
     return name, obj
 
 
@@ -127,21 +175,39 @@ def _import_file(location: str):
         os.path.basename(path))[0])
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    sys.path.insert(0, os.path.dirname(path))  # the file's own imports of its neighbours
-    spec.loader.exec_module(module)
+    with _searching(os.path.dirname(path)):  # the file's own imports of its neighbours
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[module_name]
+            raise
     return module
 
 
 def _import_module(location: str):
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    with _searching(os.getcwd()):
+        try:
+            return importlib.import_module(location)
+        except ModuleNotFoundError as e:
+            if e.name and location.startswith(e.name):
+                raise UsageError(f"no module named {location!r} (and no file of that name)") \
+                    from None
+            raise
+
+
+@contextlib.contextmanager
+def _searching(folder: str):
+    """Put ``folder`` first on sys.path (where it stays, for the target's later imports)
+    unless it is first already; take it out again if the block raises."""
+    added = sys.path[:1] != [folder]
+    if added:
+        sys.path.insert(0, folder)
     try:
-        return importlib.import_module(location)
-    except ModuleNotFoundError as e:
-        if e.name and location.startswith(e.name):
-            raise UsageError(f"no module named {location!r} (and no file of that name)") \
-                from None
+        yield
+    except BaseException:
+        if added:
+            sys.path.remove(folder)
         raise
 
 
@@ -172,7 +238,8 @@ def _returns_module(fn) -> bool:
 
 
 def build(name: str, obj, training: bool):
-    """The Module to trace (in the requested mode), or the function of tensors."""
+    """The Module to trace (in the requested mode), or the function of tensors. Anything
+    the constructor or factory raises is a UsageError."""
     if inspect.isclass(obj):
         if not issubclass(obj, nn.Module):
             raise UsageError(f"{name} is a class but not a graphnn.nn.Module")
@@ -181,7 +248,8 @@ def build(name: str, obj, training: bool):
             raise UsageError(f"{name} needs constructor arguments ({', '.join(needed)}); "
                              f"dump-ir constructs a Module class with no arguments: give them "
                              f"defaults, or name a function that builds the model")
-        obj = obj()
+        with _user_code(f"constructing {name}()"):
+            obj = obj()
     elif not isinstance(obj, nn.Module):
         if not callable(obj):
             raise UsageError(f"{name} is a {type(obj).__name__}, not a Module, a Module class "
@@ -192,12 +260,14 @@ def build(name: str, obj, training: bool):
                              f"dump-ir calls a factory with no arguments: give them defaults")
         if needed:
             return _function_of_tensors(name, obj, needed)
-        obj = obj()
+        with _user_code(f"calling {name}()"):
+            obj = obj()
         if not isinstance(obj, nn.Module):
             raise UsageError(f"{name}() returned a {type(obj).__name__}, not a Module: a "
                              f"factory takes no arguments and returns a graphnn.nn.Module, a "
                              f"function of tensors takes its tensors as arguments")
-    return obj.train(training)
+    with _user_code(f"{name}.train({training})"):
+        return obj.train(training)
 
 
 def _function_of_tensors(name, fn, needed):

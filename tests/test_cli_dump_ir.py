@@ -4,18 +4,12 @@ line on stderr. The main commands run as subprocesses, in parallel once per modu
 a Python process); the remaining error cases call the same entry point (``graphnn.cli.main``)
 in this process to keep the suite fast."""
 import json
-import pathlib
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from graphnn.cli import main
+from cli_run import MODELS, ROOT, command, in_process
 from graphnn.ir import parse, verify
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-MODELS = "examples/models.py"
 
 NEEDS_ARGS = '''
 from graphnn import nn
@@ -75,30 +69,16 @@ def tmp(tmp_path_factory):
     return tmp
 
 
-def _in_process(args, capsys) -> subprocess.CompletedProcess:
-    """``main(["dump-ir", *args])`` here, as a CompletedProcess; leaves sys.path and
-    sys.modules as they were."""
-    path, modules = list(sys.path), set(sys.modules)
-    try:
-        status = main(["dump-ir", *args])
-    except SystemExit as e:  # argparse's own errors
-        status = e.code
-    finally:
-        sys.path[:] = path
-        for name in set(sys.modules) - modules:
-            del sys.modules[name]
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(args, status, out, err)
+def _in_process(args, capsys):
+    return in_process(["dump-ir", *args], capsys)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp):
-    def run(args):
-        return subprocess.run([sys.executable, "-m", "graphnn", "dump-ir", *args],
-                              capture_output=True, text=True, cwd=ROOT, timeout=120)
     commands = [[a.replace("{tmp}", str(tmp)) for a in args] for args in SUBPROCESS.values()]
     with ThreadPoolExecutor(max_workers=4) as pool:
-        results = dict(zip(SUBPROCESS, pool.map(run, commands)))
+        results = dict(zip(SUBPROCESS, pool.map(lambda args: command("dump-ir", *args),
+                                                commands)))
     return results
 
 
