@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import __version__, cli_dump_ir, cli_explain
+from . import __version__, cli_dump_ir, cli_explain, cli_fuzz
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     cli_dump_ir.add_parser(commands)
     cli_explain.add_parser(commands)
+    cli_fuzz.add_parser(commands)
     return parser
 
 

@@ -1,0 +1,41 @@
+"""Which registry ops a program exercises: the ops of its traced graph, of the optimized graph
+(fused ops) and, when it is differentiable, of the training graphs (backward ops)."""
+from __future__ import annotations
+
+import warnings
+
+from .libraries import library
+from .program import Program
+from .render import build
+from .values import input_arrays
+
+
+def ops_of(graph) -> set:
+    return {node.op for node in graph.nodes}
+
+
+def covered_ops(program: Program, grad: bool) -> set:
+    """Op names in the program's graphs (empty when it cannot be traced)."""
+    from graphnn import stages  # the compiler's stages: graphs as compile builds them
+
+    lib = library("graphnn")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            obj = build(program, lib.T, lib.F)
+            if program.kind == "module":
+                obj.to(lib.dtype(program.dtype))
+            inputs = [lib.tensor(a) for a in input_arrays(program, program.batch)]
+            graph = lib.T.trace(obj, *inputs)
+            ops = ops_of(graph) | ops_of(stages.optimized(graph).graph)
+            if grad and stages.differentiable_names(graph):
+                training = stages.training(graph)
+                ops |= ops_of(training.forward) | ops_of(training.backward)
+    except Exception:  # noqa: BLE001 (an untraceable program covers what check reports)
+        return set()
+    return ops
+
+
+def all_registry_ops() -> list:
+    from graphnn.ir.registry import REGISTRY
+    return sorted(REGISTRY)
