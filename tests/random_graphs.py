@@ -15,8 +15,6 @@ right and only the values tell.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from graphnn.ir import Graph, TensorType, verify

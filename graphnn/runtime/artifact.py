@@ -3,14 +3,15 @@
 ``CompiledArtifact(graph, backend, signature, plan)`` gets its kernel through the caches
 (generated only on a miss) and runs it: ``run(arrays, params)`` checks the input arrays
 against the signature (a wrong count, dtype, rank or shape is a ``GuardError`` naming the
-input) and returns the graph's output structure of arrays. The buffers a kernel keeps between
-calls are per thread (``threading.local``), so two threads can call one artifact at once.
+input) and returns the graph's output structure of arrays; in debug mode (``runtime.debug``)
+it checks each returned array against its output value's IR type. The buffers a kernel keeps
+between calls are per thread (``threading.local``), so two threads can call one artifact at once.
 """
 from __future__ import annotations
 
 import threading
 
-from . import cache
+from . import cache, debug
 from .guards import TensorSpec, check_inputs
 
 
@@ -24,6 +25,7 @@ class CompiledArtifact:
         self.input_specs = [TensorSpec(tuple(v.type.shape), v.type.dtype.name, False)
                             for v in graph.inputs]
         self.param_names = [v.name for v in graph.params]
+        self.output_types = [(v.name, v.type) for v in graph.output_values()]
         self.source, self.kernel = cache.get_kernel(graph, backend, plan, options)
         self._local = threading.local()
         self.calls = 0
@@ -39,7 +41,11 @@ class CompiledArtifact:
     def run(self, arrays, params: dict):
         check_inputs(self.input_specs, arrays, f"compiled {self.name}")
         self.calls += 1
-        return self.kernel(list(arrays), params, self.buffers)
+        results = self.kernel(list(arrays), params, self.buffers)
+        if debug.ENABLED:
+            debug.check_outputs(f"compiled {self.name} (graph {self.graph.name})",
+                                self.output_types, results)
+        return results
 
     def __repr__(self):
         return f"<CompiledArtifact {self.name}: {len(self.input_specs)} inputs>"

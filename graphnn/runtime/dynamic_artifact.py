@@ -2,21 +2,24 @@
 
 ``fit_dynamic_artifact(graphs, sizes, backend, ...)`` takes one stage's graph as traced and
 optimized at three probe batch sizes, generates each one's source (through the cache) and fits
-a ``ShapeTemplate`` over them, plus the shape of each graph input as linear forms of the batch
-size; it raises ``NotGeneric`` when the sources or the inputs differ in more than sizes.
+a ``ShapeTemplate`` over them, plus the shape of each graph input and output as linear forms of
+the batch size; it raises ``NotGeneric`` when the sources, the inputs or the outputs differ in
+more than sizes.
 
 ``DynamicArtifact.run(arrays, params)`` reads the batch size off the inputs (the first input
 dimension that depends on it), checks every input against its forms (a ``GuardError`` naming the
 input and the size it was measured from), and runs the kernel for that size: the template's text
 for the size, loaded once and kept for the ``KEPT_SIZES`` sizes used last, with scratch buffers
-per thread and per size. No tracing, pass or code generation runs for a new size.
+per thread and per size. No tracing, pass or code generation runs for a new size. In debug mode
+(``runtime.debug``) each returned array is checked against its output's IR type at that size.
 """
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
 
-from . import cache
+from ..ir.types import TensorType
+from . import cache, debug
 from .guards import GuardError, TensorSpec, check_inputs
 from .shape_template import LinearSize, NotGeneric, ShapeTemplate
 
@@ -25,24 +28,41 @@ KEPT_SIZES = 8  # kernels and scratch buffers kept per artifact (least recently 
 SMALLEST = 2  # sizes 0 and 1 are not served (broadcasting may treat them differently)
 
 
-def _input_forms(graphs, sizes) -> list:
-    """Per graph input: (dtype name, one LinearSize per dimension)."""
+def _shape_forms(values_per_graph, sizes, what: str) -> list:
+    """Per value (one list of values per graph, in the same order): (the first graph's value,
+    one LinearSize per dimension); ``what`` (input, output) names the values in errors."""
     forms = []
-    for i, values in enumerate(zip(*(g.inputs for g in graphs))):
+    for values in zip(*values_per_graph):
         shapes = [tuple(v.type.shape) for v in values]
         if len({len(s) for s in shapes}) != 1 or len({v.type.dtype.name for v in values}) != 1:
-            raise NotGeneric(f"input '{values[0].name}' changes rank or dtype with the batch size")
+            raise NotGeneric(f"{what} '{values[0].name}' changes rank or dtype with the batch "
+                             f"size")
         dims = []
         for d, sizes_d in enumerate(zip(*shapes)):
             form = LinearSize.fit(list(sizes_d), sizes)
             if form is None:
-                raise NotGeneric(f"input '{values[0].name}' dimension {d} is not a linear "
+                raise NotGeneric(f"{what} '{values[0].name}' dimension {d} is not a linear "
                                  f"function of the batch size ({sizes_d})")
             dims.append(form)
-        forms.append((values[0].type.dtype.name, tuple(dims)))
+        forms.append((values[0], tuple(dims)))
+    return forms
+
+
+def _input_forms(graphs, sizes) -> list:
+    """Per graph input: (dtype name, one LinearSize per dimension)."""
+    forms = [(v.type.dtype.name, dims)
+             for v, dims in _shape_forms([g.inputs for g in graphs], sizes, "input")]
     if not any(f.a for _, dims in forms for f in dims):
         raise NotGeneric("no input of the graph carries the batch size")
     return forms
+
+
+def _output_forms(graphs, sizes) -> list:
+    """Per graph output value: (name, dtype, one LinearSize per dimension)."""
+    if len({len(g.output_values()) for g in graphs}) != 1:
+        raise NotGeneric("the number of outputs changes with the batch size")
+    return [(v.name, v.type.dtype, dims)
+            for v, dims in _shape_forms([g.output_values() for g in graphs], sizes, "output")]
 
 
 def fit_dynamic_artifact(graphs, plans, sizes, backend, options, name=""):
@@ -54,7 +74,8 @@ def fit_dynamic_artifact(graphs, plans, sizes, backend, options, name=""):
     sources = [cache.get_source(g, backend, p, o, KERNEL_ID)
                for g, p, o in zip(graphs, plans, options)]
     template = ShapeTemplate.fit(sources, sizes, f"the kernel of {graphs[0].name}")
-    return DynamicArtifact(graphs[0], backend, template, _input_forms(graphs, sizes), name)
+    return DynamicArtifact(graphs[0], backend, template, _input_forms(graphs, sizes),
+                           _output_forms(graphs, sizes), name)
 
 
 def _shape(dims, symbol="B") -> str:
@@ -65,12 +86,13 @@ class DynamicArtifact:
     """One stage's kernel for every batch size (see the module docstring). ``graph`` is one
     probe's graph: its input, parameter and output names are those of every size."""
 
-    def __init__(self, graph, backend, template, input_forms, name=""):
+    def __init__(self, graph, backend, template, input_forms, output_forms, name=""):
         self.graph = graph
         self.name = name or graph.name
         self.template = template
         self.source = template.render()  # for people: sizes written with B
         self.input_forms = input_forms
+        self.output_forms = output_forms  # (name, dtype, LinearSize per dim) per output value
         self.param_names = [v.name for v in graph.params]
         self._carrier = next((i, d) for i, (_, dims) in enumerate(input_forms)
                              for d, f in enumerate(dims) if f.a)  # (input, dim) holding B
@@ -134,7 +156,16 @@ class DynamicArtifact:
         size = self.size_of(arrays)
         kernel = self.kernel_for(size)
         self.calls += 1
-        return kernel(list(arrays), params, self._buffers(size))
+        results = kernel(list(arrays), params, self._buffers(size))
+        if debug.ENABLED:
+            debug.check_outputs(f"compiled {self.name} (graph {self.graph.name}, B={size})",
+                                self.output_types(size), results)
+        return results
+
+    def output_types(self, size: int) -> list:
+        """(name, TensorType) of each output value at batch size ``size``."""
+        return [(name, TensorType(tuple(f.at(size) for f in dims), dtype))
+                for name, dtype, dims in self.output_forms]
 
     def __repr__(self):
         return f"<DynamicArtifact {self.name}: {len(self.input_forms)} inputs, B >= {SMALLEST}>"

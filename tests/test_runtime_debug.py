@@ -1,0 +1,78 @@
+"""Debug mode (graphnn/runtime/debug.py, on in the tests through conftest.py): every compiled
+call checks what its kernel returned against the output values' IR types."""
+import numpy as np
+import pytest
+from compile_helpers import isolated_cache  # noqa: F401  (autouse: a kernel cache per test)
+
+import graphnn
+from graphnn.compiler import PROBE_SIZES
+from graphnn.ir import Graph, TensorType
+from graphnn.ir import dtypes as D
+from graphnn.runtime import debug
+from graphnn.runtime.artifact import CompiledArtifact
+from graphnn.runtime.backends import get_backend
+from graphnn.runtime.debug import OutputTypeError
+from graphnn.runtime.dynamic_artifact import fit_dynamic_artifact
+
+
+def test_the_tests_run_in_debug_mode():
+    assert debug.ENABLED
+
+
+@pytest.mark.parametrize("environ, on", [({"GRAPHNN_DEBUG": "1"}, True), ({}, False),
+                                         ({"GRAPHNN_DEBUG": ""}, False),
+                                         ({"GRAPHNN_DEBUG": "0"}, False)])
+def test_debug_mode_is_read_from_the_environment(environ, on):
+    assert debug.enabled_in(environ) is on
+
+
+def _relu_and_argmax() -> Graph:
+    """(relu(x), the indices of x.max(dim=1)) for x: f32[2,3]."""
+    g = Graph("relu_argmax")
+    x = g.add_input("x", TensorType((2, 3), D.float32))
+    _, indices = g.call("max", x, dim=1)
+    g.outputs = (g.call("relu", x), indices)
+    return g
+
+
+def test_a_compiled_call_returning_its_ir_types_passes():
+    artifact = CompiledArtifact(_relu_and_argmax(), get_backend("numpy"))
+    x = np.array([[1, -2, 3], [-4, 5, 0]], dtype=np.float32)
+    relu, indices = artifact.run([x], {})
+    np.testing.assert_array_equal(relu, np.maximum(x, 0))
+    np.testing.assert_array_equal(indices, [2, 1])
+
+
+@pytest.mark.parametrize("returned, message", [
+    ((np.zeros((3, 2), np.float32), np.zeros(2, np.int64)),
+     r"output 0 \(%2\) should be f32\[2,3\] \(its IR type\), the kernel returned an array of "
+     r"shape \[3, 2\] and dtype float32"),
+    ((np.zeros((2, 3), np.float32), np.zeros(2, np.int32)),
+     r"output 1 \(%1\) should be i64\[2\] .* shape \[2\] and dtype int32"),
+    ((np.zeros((2, 3), np.float32), 1),
+     r"output 1 \(%1\) should be i64\[2\] \(its IR type\), the kernel returned 1 \(type int, "
+     r"not an array\)"),
+    ((np.zeros((2, 3), np.float32),), r"the kernel returned 1 outputs, the graph has 2"),
+])
+def test_a_compiled_call_returning_other_types_names_the_output(returned, message):
+    artifact = CompiledArtifact(_relu_and_argmax(), get_backend("numpy"), name="Net")
+    artifact.kernel = lambda inputs, params, buffers: returned
+    with pytest.raises(OutputTypeError, match=r"^compiled Net \(graph relu_argmax\): " + message):
+        artifact.run([np.zeros((2, 3), np.float32)], {})
+
+
+def test_a_dynamic_call_checks_its_outputs_at_the_batch_size():
+    def fn(x):
+        return x.sum(-1)
+
+    graphs = [graphnn.trace(fn, graphnn.randn(s, 4)) for s in PROBE_SIZES]
+    artifact = fit_dynamic_artifact(graphs, [None] * 3, PROBE_SIZES, get_backend("numpy"),
+                                    [""] * 3, "fn")
+    x = np.arange(20, dtype=np.float32).reshape(5, 4)
+    np.testing.assert_array_equal(artifact.run([x], {}), x.sum(-1))
+    artifact.kernel_for = lambda size: lambda inputs, params, buffers: inputs[0].sum()
+    with pytest.raises(OutputTypeError, match=r"B=5\): output 0 \(%\w+\) should be f32\[5\] "
+                                              r"\(its IR type\), the kernel returned "
+                                              r"np.float32\(190.0\) \(type float32, not an "
+                                              r"array\)"):
+        artifact.run([x], {})
