@@ -35,5 +35,8 @@ class UnsupportedError(GraphnnError, NotImplementedError):
     """A feature graphnn does not provide (yet), named with what to do instead."""
 
 
-class SerializationError(GraphnnError, ValueError):
-    """A file given to ``graphnn.load`` is truncated, corrupt or not a graphnn file."""
+class SerializationError(GraphnnError, RuntimeError, ValueError):
+    """A file given to ``graphnn.load`` is truncated, corrupt or not a graphnn file.
+
+    A RuntimeError as PyTorch's for a corrupt checkpoint; a ValueError as in earlier graphnn.
+    """
