@@ -82,9 +82,10 @@ def read(path) -> tuple:
     return Program.from_json(values["PROGRAM"]), failure, values.get("BACKENDS", ("numpy",))
 
 
-def replay(path, stream=sys.stdout) -> int:
+def replay(path, stream=None) -> int:
     """Check the stored program again in the failure's mode: 1 when any failure shows (each is
-    printed), else 0."""
+    printed to ``stream``, default stdout), else 0."""
+    stream = stream or sys.stdout
     program, failure, backends = read(path)
     outcome = check(program, [failure.mode], backends)
     print(f"replay {path}: stored {failure.kind} in {failure.run}: {failure.detail}",
