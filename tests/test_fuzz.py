@@ -17,7 +17,7 @@ from graphnn.fuzz.render import render
 from graphnn.fuzz.shrink import shrink
 from graphnn.runtime import backends, reference_backend
 
-CI_SEED, CI_COUNT, CI_STEP_EVERY = 11, 50, 5
+CI_SEED, CI_COUNT, CI_STEP_EVERY = 11, 120, 4
 TANH_SEED = 125  # a float32 function program of 6 statements, one of them tanh
 
 
