@@ -51,6 +51,7 @@ from .frontend.grad_mode import is_grad_enabled
 from .frontend.tensor import Tensor
 from .ir.graph import flatten_structure
 from .nn import hooks as H
+from .nn.call import root_forward
 from .runtime.artifact import CompiledArtifact
 from .runtime.backends import get_backend
 from .runtime.guards import Signature, describe_change, spec_of, with_dynamic_batch
@@ -412,12 +413,6 @@ class CompiledFunction(DynamicBatch):
         return f"<graphnn compiled {self.name}: {len(self._entries)} signatures>"
 
 
-def _bound_forward(module):
-    """The module's class forward bound to it: traced without the module's own hooks."""
-    forward = type(module).forward
-    return forward.__get__(module, type(module))
-
-
 def compile(fn_or_module, backend="numpy", passes=None, disable=None, dynamic=False,
             recompile_limit=8):
     """A compiled callable for a Module (its hooks make it run eagerly) or a function."""
@@ -428,7 +423,7 @@ def compile(fn_or_module, backend="numpy", passes=None, disable=None, dynamic=Fa
                "recompile_limit": recompile_limit}
     if _is_module(fn_or_module):
         module = fn_or_module
-        return CompiledFunction(_bound_forward(module), module, eager=module,
+        return CompiledFunction(root_forward(module), module, eager=module,
                                 root_hooks_fall_back=True, **options)
     return CompiledFunction(fn_or_module, **options)
 
@@ -438,7 +433,7 @@ def compile_module(module, backend="numpy", passes=None, disable=None, dynamic=F
     """``Module.compile``: in place, ``module(x)`` then runs the compiled forward (the module's
     own hooks still run around it, eagerly)."""
     module.__dict__.pop("forward", None)  # compiling again starts from the class forward
-    forward = _bound_forward(module)
+    forward = root_forward(module)
     module.__dict__["forward"] = CompiledFunction(
         forward, module, backend=backend, passes=passes, disable=disable, dynamic=dynamic,
         recompile_limit=recompile_limit)

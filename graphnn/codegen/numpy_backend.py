@@ -25,7 +25,6 @@ import base64
 import hashlib
 import keyword
 import math
-import re
 import types
 
 import numpy as np
@@ -35,6 +34,8 @@ from graphnn.ir.dtypes import DType
 
 from .numpy_common import is_uniform
 from .numpy_lowerings import VIEW_OPS, Lowered, lowering_for
+from .source_text import comment_text, identifier_base
+
 
 def _version() -> str:
     """``numpy-2+<hash of this backend's sources>``: a cache key part that changes whenever
@@ -92,7 +93,7 @@ class _Names:
         self.taken: set[str] = {"np", "inputs", "params", "buffers", "kernel"}
 
     def add(self, name: str) -> str:
-        base = re.sub(r"\W", "_", name)
+        base = identifier_base(name)
         base = "v" + base if base[:1].isdigit() else "v_" + base
         ident, n = base, 1
         while ident in self.taken or keyword.iskeyword(ident):
@@ -105,7 +106,7 @@ class _Names:
 def _comment(node, extra=None) -> str:
     parts = [] if extra is None else [extra]
     if node.scope is not None:
-        parts.append(f"@{node.scope or '<root>'}")
+        parts.append("@" + comment_text(node.scope or "<root>"))
     if node.fusion is not None:
         parts.append(f"fuse={node.fusion}")
     return ("  # " + " ".join(parts)) if parts else ""
@@ -342,7 +343,7 @@ def _group_header(graph, node, index) -> str | None:
         return None
     members = [n for n in graph.nodes if n.fusion == node.fusion]
     scopes = sorted({n.scope for n in members if n.scope})
-    where = f" ({', '.join('@' + s for s in scopes)})" if scopes else ""
+    where = f" ({', '.join('@' + comment_text(s) for s in scopes)})" if scopes else ""
     return f"# fused group {node.fusion}: {len(members)} nodes{where}"
 
 
@@ -376,13 +377,13 @@ def generate(graph: Graph, plan=None, kernel_id: str | None = None) -> str:
     names = ctx.names
     body: list[str] = []
     for i, v in enumerate(graph.inputs):
-        body.append(f"{names.add(v.name)} = inputs[{i}]  # input %{v.name}: {v.type}")
+        body.append(f"{names.add(v.name)} = inputs[{i}]  # input %{comment_text(v.name)}: {v.type}")
     for v in graph.params:
         body.append(f"{names.add(v.name)} = params[{v.name!r}]  # {v.kind}: {v.type}")
     consts = []
     for v in graph.consts:
         ident = names.add(v.name)
-        consts.append(f"{ident} = {_constant(v.data)}  # const %{v.name}: {v.type}")
+        consts.append(f"{ident} = {_constant(v.data)}  # const %{comment_text(v.name)}: {v.type}")
     scratch_at = len(body)
     hoisted = _constant_nodes(graph)
     folded = None  # (index, node) whose result the next statement computes
@@ -433,9 +434,8 @@ def generate(graph: Graph, plan=None, kernel_id: str | None = None) -> str:
             return f"_rt.contiguous({ident})"
         return ident
     body.append(f"return {_structure(graph.outputs, leaf)}")
-    lines = [f'"""graphnn NumPy kernel for graph {graph.name} '
-             f'({len(graph.nodes)} nodes; backend {BACKEND_VERSION})."""',
-             f"# graph {graph.name}",
+    lines = [f'"""graphnn NumPy kernel ({len(graph.nodes)} nodes; backend {BACKEND_VERSION})."""',
+             f"# graph {comment_text(graph.name)}",
              "import numpy as np",
              "from graphnn.codegen import numpy_support as _rt", ""]
     lines += ctx.header + consts + ["", "",

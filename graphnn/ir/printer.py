@@ -110,7 +110,9 @@ def format_structure(structure) -> str:
 
 def format_graph(graph) -> str:
     args = ", ".join(f"{format_name(v.name)}: {v.type}" for v in graph.inputs)
-    lines = [f"graph {graph.name}({args}) {{"]
+    name = graph.name if graph.name.isidentifier() and graph.name.isascii() \
+        else json.dumps(graph.name)
+    lines = [f"graph {name}({args}) {{"]
     lines += [f"  {v.kind} {format_name(v.name)}: {v.type}" for v in graph.params]
     lines += [f"  const {format_name(v.name)}: {v.type} = {format_const(v.data)}"
               for v in graph.consts]

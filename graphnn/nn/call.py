@@ -8,7 +8,9 @@ by the innermost module, with that module and path; the module tree is left as i
 """
 from __future__ import annotations
 
+import functools
 import threading
+import types
 import warnings
 import weakref
 
@@ -31,6 +33,28 @@ def _path_of(module) -> str:
         root = getattr(_paths, "root", lambda: None)()
         _paths.table = {} if root is None else {id(m): p for p, m in root.named_modules()}
     return _paths.table.get(id(module), current_module_path())
+
+
+def root_forward(module):
+    """``module``'s class forward as a method bound to it, without the module's own hooks, run
+    as a root call: the modules it calls get their paths in ``module``'s tree (``@0`` for
+    ``0.weight``), the names its state has in a compiled graph. The caller's root and path table
+    are restored afterwards, so a compiled module called inside an eager one leaves its
+    parent's paths intact. A bound method, so ``copy.deepcopy`` binds the copy to the copied
+    module."""
+    forward = type(module).forward
+
+    @functools.wraps(forward)
+    def run(self, *args, **kwargs):
+        saved = getattr(_paths, "root", None), getattr(_paths, "table", None)
+        _paths.root, _paths.table = weakref.ref(self), None
+        try:
+            with module_scope(""):
+                return forward(self, *args, **kwargs)
+        finally:
+            _paths.root, _paths.table = saved
+
+    return types.MethodType(run, module)
 
 
 def describe(module, path: str) -> str:
