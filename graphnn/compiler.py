@@ -362,15 +362,16 @@ class CompiledFunction(DynamicBatch):
     def _training_stages(self, sig, graph, tensors):
         """The forward and backward graphs of a compiled training forward, and its entry."""
         state = dict(sig.state)
-        wrt_params = [v.name for v in graph.params
-                      if v.kind == "param" and state.get(v.name) and state[v.name].requires_grad]
-        wrt_inputs = [(v.name, i) for i, (v, t) in enumerate(zip(graph.inputs, tensors))
-                      if t.requires_grad]
-        wrt = wrt_params + [n for n, _ in wrt_inputs]
         flat = flatten_structure(graph.outputs[0])  # the result, without state updates
         floating = [v for v in flat if v is not None and v.type.dtype.is_floating_point]
         if not floating:
             raise RuntimeError("the forward has no floating output to differentiate")
+        reached = _sources_of(graph, floating)  # an unused parameter's .grad stays None
+        wrt_params = [v.name for v in graph.params if v.kind == "param" and v.name in reached
+                      and state.get(v.name) and state[v.name].requires_grad]
+        wrt_inputs = [(v.name, i) for i, (v, t) in enumerate(zip(graph.inputs, tensors))
+                      if t.requires_grad and v.name in reached]
+        wrt = wrt_params + [n for n, _ in wrt_inputs]
         if len(floating) == 1 and flat[0] is floating[0]:  # stages.training's shape
             _, fwd, bwd = training_graphs(graph, wrt, self._passes, self._disable)
             targets = [0]
@@ -411,6 +412,15 @@ class CompiledFunction(DynamicBatch):
 
     def __repr__(self):
         return f"<graphnn compiled {self.name}: {len(self._entries)} signatures>"
+
+
+def _sources_of(graph, values) -> set:
+    """Names of the inputs and parameters of ``graph`` that ``values`` depend on."""
+    wanted = {v.name for v in values}
+    for node in reversed(graph.nodes):
+        if any(v.name in wanted for v in node.outputs):
+            wanted |= {v.name for v in node.inputs}
+    return wanted
 
 
 def compile(fn_or_module, backend="numpy", passes=None, disable=None, dynamic=False,

@@ -89,3 +89,38 @@ def test_saved_values_keep_their_names_through_renumbering_passes():
     saved = [v.name for v in later.outputs[1]]
     assert saved and saved == [v.name for v in bwd.inputs[:len(saved)]]
     assert saved == [n for n, _, _, _ in report.saved]
+
+
+def _split_and_compare(joint):
+    """Partition ``joint`` and check forward-then-backward gives its values exactly."""
+    fwd, bwd, _ = partition(verify(joint))
+    verify(fwd), verify(bwd)
+    inputs = [RNG.standard_normal(v.type.shape).astype(np.float32) for v in joint.inputs]
+    params = {v.name: RNG.standard_normal(v.type.shape).astype(np.float32) for v in joint.params}
+    joint_out, joint_grads = interpret(joint, *inputs, params=params)
+    fwd_out, saved = interpret(fwd, *inputs, params=params)
+    feeds = {v.name: a for v, a in zip(fwd.outputs[1], saved)}
+    feeds.update({v.name: a for v, a in zip(joint.inputs, inputs)})
+    grads = interpret(bwd, *[feeds[v.name] for v in bwd.inputs],
+                      params={v.name: params[v.name] for v in bwd.params})
+    np.testing.assert_array_equal(fwd_out, joint_out)
+    assert set(grads) == set(joint_grads)
+    for name, value in joint_grads.items():
+        np.testing.assert_array_equal(grads[name], value)
+
+
+def test_gradients_no_backward_node_produces_are_returned():
+    """An unused parameter's constant zeros, an input, a parameter and forward values (a
+    matmul result that must be saved, an elementwise one) as gradients: no backward node makes
+    them, and the backward graph still returns each."""
+    g = Graph("joint")
+    x = g.add_input("x", ir_samples.f32(4, 4))
+    w = g.add_param("w", ir_samples.f32(4, 4))
+    unused = g.add_param("unused", ir_samples.f32(3))
+    h = g.call("matmul", x, w)
+    t = g.call("tanh", h)
+    zeros = g.add_const(np.zeros(3, np.float32))
+    g.outputs = (g.call("sum", t, dims=None),
+                 {"unused": zeros, "w": h, "x": t, "p": w, "q": x})
+    assert unused.name == "unused"
+    _split_and_compare(g)

@@ -54,11 +54,18 @@ def _bytes(value) -> int:
     return value.type.numel * value.type.dtype.itemsize
 
 
-def _choose(joint: Graph, forward_nodes, backward_nodes):
+def _backward_reads(backward_nodes, grads) -> set:
+    """Names of the values the backward graph reads: its nodes' operands and the gradients it
+    returns, which may be a forward value, an input, a parameter or a constant themselves (an
+    unused parameter's zeros, ``x`` as the gradient of ``(x * w).sum()``)."""
+    return {v.name for n in backward_nodes for v in n.inputs} | {v.name for v in grads.values()}
+
+
+def _choose(joint: Graph, forward_nodes, backward_reads):
     """(saved value names, recomputed forward nodes) from a minimum cut on bytes."""
     free = {v.name for v in joint.inputs + joint.params + joint.consts}
     producer = {v.name: n for n in forward_nodes for v in n.outputs}
-    needed = {v.name for n in backward_nodes for v in n.inputs if v.name in producer}
+    needed = {name for name in backward_reads if name in producer}
     flow = nx.DiGraph()
     for name, node in producer.items():
         value = next(v for v in node.outputs if v.name == name)
@@ -109,7 +116,8 @@ def partition(joint: Graph):
     part = _forward_part(joint, forward_outputs)
     forward_nodes = [n for n in joint.nodes if id(n) in part]
     backward_nodes = [n for n in joint.nodes if id(n) not in part]
-    saved, recompute = _choose(joint, forward_nodes, backward_nodes)
+    reads = _backward_reads(backward_nodes, grads)
+    saved, recompute = _choose(joint, forward_nodes, reads)
     report = PartitionReport()
 
     fwd = Graph(f"{joint.name}_forward")
@@ -138,7 +146,7 @@ def partition(joint: Graph):
     benv = {}
     for v in saved_values:
         benv[v.name] = bwd.add_input(env[v.name].name, v.type)
-    used = {v.name for n in recompute + backward_nodes for v in n.inputs}
+    used = reads | {v.name for n in recompute for v in n.inputs}
     for v in joint.inputs:
         if v.name in used or v.name in grad_output_names:
             benv[v.name] = bwd.add_input(v.name, v.type)
