@@ -17,7 +17,7 @@ graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4]) {
 """, """
 graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4]) {
   const %k0: f32[] = 0.5
-  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v) {scale=0.5, causal=false, has_mask=false, dropout_p=0.0, seed=none, kv_groups=1}  @attn
+  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v) {scale=0.5, causal=false, has_mask=false, dropout_p=0.0, seed=none, kv_groups=1, safe_softmax=false}  @attn
   return %0
 }
 """, "matmul -> mul -> softmax -> matmul")
@@ -36,7 +36,7 @@ graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4]) {
 }
 """, """
 graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4]) {
-  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v) {scale=0.5, causal=false, has_mask=false, dropout_p=0.0, seed=none, kv_groups=1}  @attn
+  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v) {scale=0.5, causal=false, has_mask=false, dropout_p=0.0, seed=none, kv_groups=1, safe_softmax=false}  @attn
   return %0
 }
 """, "matmul -> div -> softmax -> matmul")
@@ -58,7 +58,7 @@ graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4]) {
 graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4]) {
   const %k0: f32[] = 0.70710677
   const %k1: f32[] = 1.4142135
-  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v) {scale=0.5, causal=false, has_mask=false, dropout_p=0.0, seed=none, kv_groups=1}  @attn
+  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v) {scale=0.5, causal=false, has_mask=false, dropout_p=0.0, seed=none, kv_groups=1, safe_softmax=false}  @attn
   return %0
 }
 """, "matmul -> softmax -> matmul")
@@ -87,7 +87,7 @@ graph attn(%x: f32[1,3,8], %y: f32[1,5,8]) {
   %1: f32[1,2,3,4] = permute(%0) {dims=[0, 2, 1, 3]}  @attn
   %2: f32[1,5,2,4] = reshape(%y) {shape=[1, 5, 2, 4]}  @attn
   %3: f32[1,2,5,4] = permute(%2) {dims=[0, 2, 1, 3]}  @attn
-  %4: f32[1,2,3,4] = scaled_dot_product_attention(%1, %3, %3) {scale=0.5, causal=false, has_mask=false, dropout_p=0.0, seed=none, kv_groups=1}  @attn
+  %4: f32[1,2,3,4] = scaled_dot_product_attention(%1, %3, %3) {scale=0.5, causal=false, has_mask=false, dropout_p=0.0, seed=none, kv_groups=1, safe_softmax=false}  @attn
   %5: f32[1,3,2,4] = permute(%4) {dims=[0, 2, 1, 3]}  @attn
   %6: f32[1,3,8] = reshape(%5) {shape=[1, 3, 8]}  @attn
   return %6
@@ -108,7 +108,7 @@ graph attn(%q: f32[1,2,3,4], %kt: f32[1,2,4,5], %v: f32[1,2,5,4]) {
 graph attn(%q: f32[1,2,3,4], %kt: f32[1,2,4,5], %v: f32[1,2,5,4]) {
   const %k0: f32[] = 0.5
   %0: f32[1,2,5,4] = permute(%kt) {dims=[0, 1, 3, 2]}  @attn
-  %1: f32[1,2,3,4] = scaled_dot_product_attention(%q, %0, %v) {scale=0.5, causal=false, has_mask=false, dropout_p=0.0, seed=none, kv_groups=1}  @attn
+  %1: f32[1,2,3,4] = scaled_dot_product_attention(%q, %0, %v) {scale=0.5, causal=false, has_mask=false, dropout_p=0.0, seed=none, kv_groups=1, safe_softmax=false}  @attn
   return %1
 }
 """, "matmul -> mul -> softmax -> matmul")
@@ -128,7 +128,7 @@ graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4], %mask: f32[1,1,
 """, """
 graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4], %mask: f32[1,1,3,5]) {
   const %k0: f32[] = 0.5
-  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v, %mask) {scale=0.5, causal=false, has_mask=true, dropout_p=0.0, seed=none, kv_groups=1}  @attn
+  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v, %mask) {scale=0.5, causal=false, has_mask=true, dropout_p=0.0, seed=none, kv_groups=1, safe_softmax=false}  @attn
   return %0
 }
 """, "matmul -> mul -> add -> softmax -> matmul")
@@ -150,7 +150,7 @@ graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4], %mask: f32[3,5]
   const %k0: f32[] = 2.0
   const %k1: f32[] = 0.5
   %0: f32[3,5] = mul(%mask, %k1)  @attn
-  %1: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v, %0) {scale=0.5, causal=false, has_mask=true, dropout_p=0.0, seed=none, kv_groups=1}  @attn
+  %1: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v, %0) {scale=0.5, causal=false, has_mask=true, dropout_p=0.0, seed=none, kv_groups=1, safe_softmax=false}  @attn
   return %1
 }
 """, "matmul -> add -> div -> softmax -> matmul")
@@ -173,7 +173,7 @@ graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4], %pad: b8[1,1,1,
   const %k0: f32[] = 0.5
   const %k1: f32[] = -inf
   %0: b8[1,1,1,5] = logical_not(%pad)  @attn
-  %1: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v, %0) {scale=0.5, causal=false, has_mask=true, dropout_p=0.0, seed=none, kv_groups=1}  @attn
+  %1: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v, %0) {scale=0.5, causal=false, has_mask=true, dropout_p=0.0, seed=none, kv_groups=1, safe_softmax=false}  @attn
   return %1
 }
 """, "matmul -> mul -> where -> softmax -> matmul")
@@ -193,7 +193,7 @@ graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4], %keep: b8[3,5])
 """, """
 graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4], %keep: b8[3,5]) {
   const %k0: f32[] = -inf
-  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v, %keep) {scale=1.0, causal=false, has_mask=true, dropout_p=0.0, seed=none, kv_groups=1}  @attn
+  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v, %keep) {scale=1.0, causal=false, has_mask=true, dropout_p=0.0, seed=none, kv_groups=1, safe_softmax=false}  @attn
   return %0
 }
 """, "matmul -> where -> softmax -> matmul")
@@ -214,7 +214,7 @@ graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4], %keep: b8[1,2,3
 """, """
 graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4], %keep: b8[1,2,3,5]) {
   const %k0: f32[] = 0.5
-  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v, %keep) {scale=0.5, causal=false, has_mask=true, dropout_p=0.0, seed=none, kv_groups=1}  @attn
+  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v, %keep) {scale=0.5, causal=false, has_mask=true, dropout_p=0.0, seed=none, kv_groups=1, safe_softmax=false}  @attn
   return %0
 }
 """, "matmul -> where -> mul -> softmax -> matmul")
@@ -238,7 +238,7 @@ graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4]) {
 graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4]) {
   const %k0: f32[] = 0.5
   const %k1: f32[] = -inf
-  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v) {scale=0.5, causal=true, has_mask=false, dropout_p=0.0, seed=none, kv_groups=1}  @attn
+  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v) {scale=0.5, causal=true, has_mask=false, dropout_p=0.0, seed=none, kv_groups=1, safe_softmax=false}  @attn
   return %0
 }
 """, "matmul -> mul -> where -> softmax -> matmul")
@@ -263,34 +263,10 @@ graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4], %pad: f32[1,1,1
   const %k0: b8[1,1,3,5] = [true, false, false, false, false, true, true, false, false, false, true, true, true, false, false]
   const %k1: f32[] = -inf
   const %k2: f32[] = 0.5
-  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v, %pad) {scale=0.5, causal=true, has_mask=true, dropout_p=0.0, seed=none, kv_groups=1}  @attn
+  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v, %pad) {scale=0.5, causal=true, has_mask=true, dropout_p=0.0, seed=none, kv_groups=1, safe_softmax=false}  @attn
   return %0
 }
 """, "matmul -> mul -> where -> add -> softmax -> matmul")
-
-# a bool mask and a float bias: combined into one additive mask
-FORMS["two_masks"] = ("""
-graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4], %keep: b8[3,5], %bias: f32[1,2,1,5]) {
-  const %k0: f32[] = -inf
-  %0: f32[1,2,4,5] = permute(%k) {dims=[0, 1, 3, 2]}  @attn
-  %1: f32[1,2,3,5] = matmul(%q, %0)  @attn
-  %2: f32[1,2,3,5] = add(%1, %bias)  @attn
-  %3: f32[1,2,3,5] = where(%keep, %2, %k0)  @attn
-  %4: f32[1,2,3,5] = softmax(%3) {dim=-1}  @attn
-  %5: f32[1,2,3,4] = matmul(%4, %v)  @attn
-  return %5
-}
-""", """
-graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4], %keep: b8[3,5], %bias: f32[1,2,1,5]) {
-  const %k0: f32[] = -inf
-  const %k1: f32[] = 0.0
-  const %k2: f32[] = -inf
-  %0: f32[3,5] = where(%keep, %k1, %k2)  @attn
-  %1: f32[1,2,3,5] = add(%0, %bias)  @attn
-  %2: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v, %1) {scale=1.0, causal=false, has_mask=true, dropout_p=0.0, seed=none, kv_groups=1}  @attn
-  return %2
-}
-""", "matmul -> add -> where -> softmax -> matmul")
 
 # graphnn's 'rows with no key give 0' guard around softmax
 FORMS["empty_row_guard"] = ("""
@@ -315,7 +291,7 @@ graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4], %bias: f32[3,5]
   const %k0: f32[] = -inf
   const %k1: f32[] = 0.5
   const %k2: f32[] = 0.0
-  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v, %bias) {scale=0.5, causal=false, has_mask=true, dropout_p=0.0, seed=none, kv_groups=1}  @attn
+  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v, %bias) {scale=0.5, causal=false, has_mask=true, dropout_p=0.0, seed=none, kv_groups=1, safe_softmax=true}  @attn
   return %0
 }
 """, "matmul -> mul -> add -> where -> softmax -> where -> matmul")
@@ -340,7 +316,7 @@ graph attn(%q: f32[1,4,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4]) {
 """, """
 graph attn(%q: f32[1,4,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4]) {
   const %k0: f32[] = 0.5
-  %0: f32[1,4,3,4] = scaled_dot_product_attention(%q, %k, %v) {scale=0.5, causal=false, has_mask=false, dropout_p=0.0, seed=none, kv_groups=2}  @attn
+  %0: f32[1,4,3,4] = scaled_dot_product_attention(%q, %k, %v) {scale=0.5, causal=false, has_mask=false, dropout_p=0.0, seed=none, kv_groups=2, safe_softmax=false}  @attn
   return %0
 }
 """, "matmul -> mul -> softmax -> matmul")
@@ -365,7 +341,7 @@ graph attn(%q: f32[1,4,3,4], %k: f32[1,1,5,4], %v: f32[1,1,5,4]) {
 """, """
 graph attn(%q: f32[1,4,3,4], %k: f32[1,1,5,4], %v: f32[1,1,5,4]) {
   const %k0: f32[] = 0.5
-  %0: f32[1,4,3,4] = scaled_dot_product_attention(%q, %k, %v) {scale=0.5, causal=false, has_mask=false, dropout_p=0.0, seed=none, kv_groups=4}  @attn
+  %0: f32[1,4,3,4] = scaled_dot_product_attention(%q, %k, %v) {scale=0.5, causal=false, has_mask=false, dropout_p=0.0, seed=none, kv_groups=4, safe_softmax=false}  @attn
   return %0
 }
 """, "matmul -> mul -> softmax -> matmul")
@@ -390,7 +366,7 @@ graph attn(%q: f32[1,4,3,4], %k: f32[1,2,5,4], %v: f32[1,4,5,4]) {
   %0: f32[1,1,1,2,1,5,1,4] = reshape(%k) {shape=[1, 1, 1, 2, 1, 5, 1, 4]}  @attn
   %1: f32[1,1,2,2,1,5,1,4] = expand(%0) {shape=[1, 1, 2, 2, 1, 5, 1, 4]}  @attn
   %2: f32[1,4,5,4] = reshape(%1) {shape=[1, 4, 5, 4]}  @attn
-  %3: f32[1,4,3,4] = scaled_dot_product_attention(%q, %2, %v) {scale=0.5, causal=false, has_mask=false, dropout_p=0.0, seed=none, kv_groups=1}  @attn
+  %3: f32[1,4,3,4] = scaled_dot_product_attention(%q, %2, %v) {scale=0.5, causal=false, has_mask=false, dropout_p=0.0, seed=none, kv_groups=1, safe_softmax=false}  @attn
   return %3
 }
 """, "matmul -> mul -> softmax -> matmul")
@@ -418,12 +394,13 @@ graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4]) {
   const %k0: f32[] = 0.5
   const %k1: f32[] = 0.1
   const %k2: f32[] = 1.1111112
-  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v) {scale=0.5, causal=false, has_mask=false, dropout_p=0.1, seed=7, kv_groups=1}  @attn
+  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v) {scale=0.5, causal=false, has_mask=false, dropout_p=0.1, seed=7, kv_groups=1, safe_softmax=false}  @attn
   return %0
 }
 """, "matmul -> mul -> softmax -> mul -> mul -> matmul")
 
-# a bool mask turned into an additive one (graphnn's functional): the fused op reads the bool
+# a bool mask turned into an additive one (graphnn's functional): the fused op adds it too
+# (reading the bool instead would hide keys: NaN for s + -inf at s = inf becomes -inf)
 FORMS["bool_mask_as_bias"] = ("""
 graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4], %keep: b8[3,5]) {
   const %k0: f32[] = -inf
@@ -440,7 +417,10 @@ graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4], %keep: b8[3,5])
 """, """
 graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4], %keep: b8[3,5]) {
   const %k0: f32[] = -inf
-  %0: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v, %keep) {scale=1.0, causal=false, has_mask=true, dropout_p=0.0, seed=none, kv_groups=1}  @attn
-  return %0
+  %0: f32[3,5] = full() {shape=[3, 5], dtype=f32, value=0.0}  @attn
+  %1: b8[3,5] = logical_not(%keep)  @attn
+  %2: f32[3,5] = where(%1, %k0, %0)  @attn
+  %3: f32[1,2,3,4] = scaled_dot_product_attention(%q, %k, %v, %2) {scale=1.0, causal=false, has_mask=true, dropout_p=0.0, seed=none, kv_groups=1, safe_softmax=false}  @attn
+  return %3
 }
 """, "matmul -> add -> softmax -> matmul")

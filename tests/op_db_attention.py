@@ -3,9 +3,12 @@
 The reference is ``torch.nn.functional.scaled_dot_product_attention`` (``enable_gqa`` for
 grouped heads, ``is_causal`` alone or a causal mask merged with an explicit one). Dropout
 samples apply graphnn's seeded keep mask (PyTorch's dropout draws other numbers) to PyTorch's
-math attention.
+math attention, and ``safe_softmax=False`` samples (the plain softmax the fusion pass keeps)
+a written-out attention whose rows with no key give NaN.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -46,22 +49,43 @@ def _samples(m):
                "MQA, causal and a mask"),
         Sample(_qkv(m, (2, 2, 4, 8), (2, 2, 5, 8)),
                {"scale": 0.35, "dropout_p": 0.25, "seed": 3}, "dropout"),
+        Sample(_qkv(m, (1, 2, 4, 4), (1, 2, 5, 4)) + [padded],
+               {"scale": 0.5, "has_mask": True, "safe_softmax": False},
+               "a fully masked row, plain softmax: NaN", fd=False),
+        Sample(_qkv(m, (2, 2, 4, 8), (2, 2, 6, 8)) + [m(2, 1, 4, 6)],
+               {"scale": 0.35, "causal": True, "has_mask": True, "safe_softmax": False},
+               "causal and a float mask, plain softmax"),
     ]
 
 
-def _ref(q, k, v, mask=None, *, scale, causal, has_mask, dropout_p, seed, kv_groups):
+def _ref(q, k, v, mask=None, *, scale, causal, has_mask, dropout_p, seed, kv_groups,
+         safe_softmax):
+    """PyTorch's SDPA; written out (keys hidden, float mask added, softmax, dropout) where it
+    has no such option: dropout with graphnn's keep mask, or a plain softmax whose rows with
+    no key give NaN (``safe_softmax=False``)."""
     T, S = q.shape[-2], k.shape[-2]
-    if causal and mask is not None:
-        tri = torch.ones(T, S, dtype=torch.bool).tril()
-        mask = mask & tri if mask.dtype == torch.bool else mask.masked_fill(~tri, float("-inf"))
-        causal = False
-    if not dropout_p:
+    tri = torch.ones(T, S, dtype=torch.bool).tril()
+    if safe_softmax and not dropout_p:
+        if causal and mask is not None:
+            mask = mask & tri if mask.dtype == torch.bool else mask.masked_fill(~tri, -math.inf)
+            causal = False
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
                                               scale=scale, enable_gqa=kv_groups > 1)
     k, v = k.repeat_interleave(kv_groups, -3), v.repeat_interleave(kv_groups, -3)
-    p = torch.softmax(q @ k.mT * scale, dim=-1)
-    keep = keep_mask(p.shape, from_numpy_dtype(q.detach().numpy().dtype), dropout_p, seed)
-    return (p * torch.from_numpy(keep).to(p.dtype) / (1 - dropout_p)) @ v
+    s = q @ k.mT * scale
+    if mask is not None and mask.dtype == torch.bool:
+        s = s.masked_fill(~mask, -math.inf)
+    if causal:
+        s = s.masked_fill(~tri, -math.inf)
+    if mask is not None and mask.dtype != torch.bool:
+        s = s + mask
+    p = torch.softmax(s, dim=-1)
+    if safe_softmax:
+        p = p.masked_fill(s.amax(-1, keepdim=True) == -math.inf, 0.0)
+    if dropout_p:
+        keep = keep_mask(p.shape, from_numpy_dtype(q.detach().numpy().dtype), dropout_p, seed)
+        p = p * torch.from_numpy(keep).to(p.dtype) / (1 - dropout_p)
+    return p @ v
 
 
 def _errors(m):

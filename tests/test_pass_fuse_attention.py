@@ -3,6 +3,8 @@
 verifier after the pass; autodiff through the fused op equal to autodiff of the unfused graph;
 and the autodiff-built training graph, where the forward fuses and the backward keeps what it
 reads of the unfused pattern."""
+import re
+
 import numpy as np
 import pytest
 
@@ -59,12 +61,70 @@ def test_form_fuses_into_one_node(name):
     _assert_close(interpret(g, *inputs), interpret(out, *inputs))
 
 
-def test_fully_masked_rows_give_zeros_where_softmax_gave_nan():
-    g, out = _fuse(FORMS["masked_fill"][0])
-    q, k, v, pad = _inputs(g, 0)
-    pad[...] = True
-    assert np.all(np.isnan(interpret(g, q, k, v, pad)))
-    np.testing.assert_array_equal(interpret(out, q, k, v, pad), 0)
+def _special(graph, kind):
+    """Inputs with fully masked rows (every bool mask all True, or all False; a float mask
+    -inf on a whole row), or with NaN and ±inf in q, k and v."""
+    inputs = _inputs(graph, 0)
+    for v, a in zip(graph.inputs, inputs):
+        if a.dtype == np.bool_:
+            a[...] = kind == "masks_true"
+        elif v.name not in ("q", "k", "v") and kind != "nan_inf":
+            a[..., 0, :] = -np.inf
+        elif kind == "nan_inf":
+            a.reshape(-1)[[0, -1]] = (np.nan, np.inf) if v.name == "q" else (np.inf, -np.inf)
+    return inputs
+
+
+def _assert_same_nan(before, after):
+    for a, b in zip(_flat(before), _flat(after), strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_array_equal(np.isnan(b), np.isnan(a))
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("kind", ["masks_true", "masks_false", "nan_inf"])
+@pytest.mark.parametrize("name", sorted(FORMS))
+def test_fused_op_keeps_nan_inf_and_fully_masked_rows(name, kind):
+    """NaN where the unfused graph gives NaN, 0 where it gives 0: values and gradients."""
+    g, out = _fuse(FORMS[name][0])
+    inputs = _special(g, kind)
+    _assert_same_nan(interpret(g, *inputs), interpret(out, *inputs))
+    wrt = [v.name for v in g.inputs if v.type.dtype.is_floating_point]
+    upstream = np.random.default_rng(9).standard_normal(g.outputs.type.shape).astype(np.float32)
+    _assert_same_nan(interpret(verify(autodiff(g, wrt)), *inputs, upstream),
+                     interpret(verify(autodiff(out, wrt)), *inputs, upstream))
+
+
+def test_a_plain_softmax_stays_plain_and_the_guarded_one_safe():
+    assert "safe_softmax=false" in str(_fuse(FORMS["masked_fill"][0])[1])
+    assert "safe_softmax=true" in str(_fuse(FORMS["empty_row_guard"][0])[1])
+
+
+def _zero_dim(text: str, size: str) -> str:
+    """``text`` with every dimension of ``size`` in types and shape attributes set to 0."""
+    def zero(match):
+        dims = [d.strip() for d in match.group(2).split(",")]
+        return match.group(1) + "[" + ", ".join("0" if d == size else d for d in dims) + "]"
+    return re.sub(r"(\b[fbi][0-9]+|shape=)\[([0-9, ]+)\]", zero, text)
+
+
+# forms whose text has a constant mask of the full size, or a reduction an empty key dim
+# makes invalid (amax of nothing is an error, eagerly and in PyTorch)
+ZERO_SIZE_EXCLUDED = {"causal_tril_const_and_padding": "3 5", "empty_row_guard": "5"}
+
+
+@pytest.mark.parametrize("size", ["3", "5"])  # the query length T, the key length S
+@pytest.mark.parametrize("name", sorted(FORMS))
+def test_fused_op_keeps_values_with_an_empty_sequence(name, size):
+    if size in ZERO_SIZE_EXCLUDED.get(name, ""):
+        with pytest.raises(Exception):  # the exclusion is real: the graph is not valid
+            verify(parse(_zero_dim(FORMS[name][0], size)))
+        return
+    g = verify(parse(_zero_dim(FORMS[name][0], size)))
+    out = verify(fuse_attention(g))
+    assert any(n.op == FUSED for n in out.nodes), out.notes
+    inputs = _inputs(g, 0)
+    _assert_same_nan(interpret(g, *inputs), interpret(out, *inputs))
 
 
 @pytest.mark.parametrize("name", sorted(FORMS))
@@ -94,6 +154,23 @@ graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4]) {
 """, [
     "attention pattern matched up to matmul @attn; softmax is over dim 2, not the last (key) "
     "dim of scores [1, 2, 3, 5]"])
+
+# a bool mask (where) and a float bias (add): the fused op takes one kind of mask
+NEAR_MISSES["two_mask_kinds"] = ("""
+graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4], %keep: b8[3,5], %bias: f32[1,2,1,5]) {
+  const %k0: f32[] = -inf
+  %0: f32[1,2,4,5] = permute(%k) {dims=[0, 1, 3, 2]}  @attn
+  %1: f32[1,2,3,5] = matmul(%q, %0)  @attn
+  %2: f32[1,2,3,5] = add(%1, %bias)  @attn
+  %3: f32[1,2,3,5] = where(%keep, %2, %k0)  @attn
+  %4: f32[1,2,3,5] = softmax(%3) {dim=-1}  @attn
+  %5: f32[1,2,3,4] = matmul(%4, %v)  @attn
+  return %5
+}
+""", [
+    "attention pattern matched up to matmul @attn; where @attn hides keys with a bool mask and "
+    "add @attn adds a float mask; the fused op takes one kind of mask (they differ at hidden "
+    "keys for inf scores and in gradients)"])
 
 # a mask that would broadcast the scores to more dims
 NEAR_MISSES["mask_broadcasts"] = ("""

@@ -68,16 +68,17 @@ def test_functional_attention_fuses(kwargs, attrs):
 @pytest.mark.parametrize("dropout_p", [0.0, 0.3])
 @pytest.mark.parametrize("dtype", ["bool", "float"])
 def test_functional_attention_with_a_mask_input_fuses(dtype, dropout_p):
-    """graphnn's functional turns a bool mask into 0/-inf and guards rows with no key: the
-    fused op reads the bool mask itself (a query with no key gives zeros in both)."""
+    """graphnn's functional turns a bool mask into 0/-inf (as PyTorch's math attention does)
+    and guards rows with no key: the fused op adds that float mask, as the source does (a query
+    with no key gives zeros in both)."""
     mask = gn.rand(1, 5, 6) < 0.8 if dtype == "bool" else _rand(1, 5, 6)
     if dtype == "bool":
         mask[0, 2] = False
     _, out = _compile(lambda q, k, v, m: F.scaled_dot_product_attention(
         q, k, v, attn_mask=m, dropout_p=dropout_p), _rand(*Q), _rand(*K), _rand(*V), mask)
     node, = _fused(out)
-    assert node.attrs["has_mask"] and node.inputs[3].type.dtype.name == (
-        "bool" if dtype == "bool" else "float32")
+    assert node.attrs["has_mask"] and node.attrs["safe_softmax"]
+    assert node.inputs[3].type.dtype.name == "float32"
     assert node.attrs["dropout_p"] == pytest.approx(dropout_p)
 
 

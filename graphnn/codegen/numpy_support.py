@@ -386,10 +386,11 @@ def log_softmax(x, dim, out=None):
     return out
 
 
-def attention(q, k, v, mask=None, *, scale, causal, kv_groups=1, out=None, buffers=None,
-              key="attn"):
+def attention(q, k, v, mask=None, *, scale, causal, kv_groups=1, safe_softmax=True, out=None,
+              buffers=None, key="attn"):
     """Attention as two batched GEMMs around an in-place stable softmax (float32/float64,
-    no dropout): rows whose keys are all masked give zeros, as the reference does."""
+    no dropout): rows whose keys are all masked give zeros with ``safe_softmax``, NaN without,
+    as the reference does."""
     buffers = {} if buffers is None else buffers
     if kv_groups > 1:
         k, v = np.repeat(k, kv_groups, axis=-3), np.repeat(v, kv_groups, axis=-3)
@@ -402,26 +403,26 @@ def attention(q, k, v, mask=None, *, scale, causal, kv_groups=1, out=None, buffe
         if upper is None or upper.shape != s.shape[-2:]:  # computed once per buffers dict
             upper = buffers[key + ".causal"] = ~np.tril(np.ones(s.shape[-2:], np.bool_))
     split(lambda lo, hi: _masked_softmax_(s[lo:hi], scale, _rows(mask, lo, hi, s.ndim),
-                                          upper), s.shape[0], s.size)
+                                          upper, safe_softmax), s.shape[0], s.size)
     return np.matmul(s, v, out=out)
 
 
-def _masked_softmax_(s, scale, mask, upper):
+def _masked_softmax_(s, scale, mask, upper, safe_softmax):
     """Attention probabilities from raw scores, in place: scaled, masked (a bool mask keeps
-    True; a float mask is added; ``upper`` marks causally hidden keys), softmax over the
-    last dim; rows whose keys are all masked give zeros, as the reference does."""
+    True and ``upper`` marks causally hidden keys; a float mask is added after), softmax over the
+    last dim; rows whose keys are all masked give zeros with ``safe_softmax``, NaN without
+    (``exp(-inf - -inf)``), as the reference does."""
     s *= np.asarray(scale, s.dtype)
-    if mask is not None:
-        if mask.dtype == np.bool_:
-            np.copyto(s, -np.inf, where=~mask)
-        else:
-            s += mask
+    if mask is not None and mask.dtype == np.bool_:
+        np.copyto(s, -np.inf, where=~mask)
     if upper is not None:
         np.copyto(s, -np.inf, where=upper)
+    if mask is not None and mask.dtype != np.bool_:
+        s += mask
     top = np.amax(s, axis=-1, keepdims=True) if s.shape[-1] else np.zeros(s.shape[:-1] + (1,),
                                                                               s.dtype)
     empty = top == -np.inf
-    any_empty = bool(empty.any())
+    any_empty = safe_softmax and bool(empty.any())
     if any_empty:
         top[empty] = 0
     s -= top

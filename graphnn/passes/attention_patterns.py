@@ -104,6 +104,7 @@ class Attention:
     walk_scale: float = 1.0  # product of the scales met so far on the way down from softmax
     dropout: tuple = (0.0, None)  # (p, seed)
     kv_groups: int = 1
+    guarded: bool = False  # rows with no key give 0 (the where-pair), not NaN (plain softmax)
     probs: Node | None = None  # the softmax
     qk: Node | None = None
 
@@ -211,6 +212,7 @@ def step_row_guard(m: Attention, value: Value, consts: Constants):
     if found is None:
         return value, None
     inner, node, empty = found
+    m.guarded = True
     m.advance(node)
     m.side += list(_empty_rows(empty, consts))
     return inner, empty
@@ -267,26 +269,11 @@ def peel_scale(m: Attention, node: Node, consts: Constants) -> Value:
                            f"{fmt_shape(other.type.shape)}, not by a scalar constant")
 
 
-def _bool_mask_as_bias(value: Value, consts: Constants, node: Node) -> Mask | None:
-    """A bool mask the graph turned into an additive one, where(c, -inf, 0) or
-    where(c, 0, -inf): the fused op takes c itself."""
-    bias = _producer(value, "where")
-    if bias is None:
-        return None
-    cond, a, b = bias.inputs
-    for fill, zeros, kind in ((a, b, "drop"), (b, a, "keep")):
-        data = consts.array(zeros)
-        if consts.scalar(fill) == -math.inf and data is not None and not np.any(data):
-            return Mask(cond, kind, 1.0, node)
-    return None
-
-
 def peel_additive_mask(m: Attention, node: Node, consts: Constants) -> Value:
     """scores + mask (the scores side is the one that leads to the QK matmul)."""
     a, b = node.inputs
     scores, mask = (a, b) if _leads_to_matmul(a) or not _leads_to_matmul(b) else (b, a)
-    m.masks.append(_bool_mask_as_bias(mask, consts, node) or
-                   Mask(mask, "add", m.walk_scale, node))
+    m.masks.append(Mask(mask, "add", m.walk_scale, node))
     return scores
 
 

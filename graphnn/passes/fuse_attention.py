@@ -61,7 +61,10 @@ def _mask_type(masks: list, dtype) -> TensorType | None:
 
 
 def check_masks(m: Attention, consts: Constants) -> None:
-    """Float masks of the scores' dtype; causal masks become the causal flag."""
+    """Float masks of the scores' dtype; causal masks become the causal flag; the remaining
+    masks all hide keys (bool, ``where``) or are all added: the fused op takes one kind, and
+    the two differ at hidden keys (``s + -inf`` is NaN for ``s = inf``; ``where`` passes no
+    gradient to a hidden score, ``add`` passes it)."""
     T, S = m.qk.outputs[0].type.shape[-2:]
     dtype = m.qk.outputs[0].type.dtype
     for mask in m.masks:
@@ -71,6 +74,13 @@ def check_masks(m: Attention, consts: Constants) -> None:
     causal = [x for x in m.masks if _is_causal(x, consts, T, S)]
     m.causal = bool(causal)
     m.masks = [x for x in m.masks if x not in causal]
+    added = [x for x in m.masks if x.kind == "add"]
+    hiding = [x for x in m.masks if x.kind != "add"]
+    if added and hiding:
+        raise NearMiss(m.last, f"{where(hiding[0].node)} hides keys with a bool mask and "
+                               f"{where(added[0].node)} adds a float mask; the fused op takes "
+                               f"one kind of mask (they differ at hidden keys for inf scores "
+                               f"and in gradients)")
 
 
 def check_types(m: Attention) -> None:
@@ -118,7 +128,7 @@ def check_users(m: Attention, users: dict, roots: set, live: set) -> list:
 def fused_attrs(m: Attention) -> dict:
     p, seed = m.dropout
     return {"scale": m.scale, "causal": m.causal, "has_mask": bool(m.masks), "dropout_p": p,
-            "seed": seed, "kv_groups": m.kv_groups}
+            "seed": seed, "kv_groups": m.kv_groups, "safe_softmax": m.guarded}
 
 
 # ---- the rewrite ---------------------------------------------------------------------------
@@ -149,7 +159,8 @@ def _live_nodes(graph: Graph, plans: dict) -> set:
 
 
 def _emit_mask(rw: Rewriter, m: Attention):
-    """One mask value for the fused op: bool masks are and-ed, mixed ones added as 0/-inf."""
+    """One mask value for the fused op: bool masks are and-ed, float masks added (never both:
+    ``check_masks``)."""
     like, dtype = m.anchor, m.q.type.dtype
     parts = []
     for mask in m.masks:
@@ -162,17 +173,8 @@ def _emit_mask(rw: Rewriter, m: Attention):
         parts.append(x)
     if not parts:
         return None
-    if all(x.type.dtype is bool_ for x in parts):
-        return functools.reduce(lambda a, b: rw.call("logical_and", a, b, like=like), parts)
-    parts = [_as_bias(rw, x, like) if x.type.dtype is bool_ else x for x in parts]
-    return functools.reduce(lambda a, b: rw.call("add", a, b, like=like), parts)
-
-
-def _as_bias(rw: Rewriter, keep, like):
-    """A bool keep mask as an additive 0 / -inf mask of q's dtype."""
-    dtype = like.outputs[0].type.dtype.np
-    return rw.call("where", keep, rw.const(np.asarray(0, dtype)),
-                   rw.const(np.asarray(-np.inf, dtype)), like=like)
+    combine = "logical_and" if parts[0].type.dtype is bool_ else "add"
+    return functools.reduce(lambda a, b: rw.call(combine, a, b, like=like), parts)
 
 
 def emit_attention(rw: Rewriter, m: Attention) -> None:
@@ -202,8 +204,9 @@ def fuse_attention(graph: Graph) -> Graph:
 
     Assumes: a verified graph, canonicalized (constants folded, permute chains merged) for best
     results. Guarantees: equal outputs up to rounding (the scale may be applied at another
-    place), except that query rows whose keys are all masked give 0 where the unfused softmax
-    gave nan; the fused node takes the matmul's provenance; nodes of the pattern that other
+    place), NaN and inf included: a query row whose keys are all masked gives NaN when the
+    pattern's softmax is plain (``safe_softmax=false``) and 0 when the pattern guards such rows
+    (graphnn's own where-pair); the fused node takes the matmul's provenance; nodes of the pattern that other
     forward work reads block the fusion, nodes only the backward (autodiff) reads are kept.
     Every fusion, refusal and near-miss is recorded in ``graph.notes``. The nodes a fusion
     leaves unused are dropped (other dead code is left to dead-code elimination).

@@ -6,8 +6,12 @@ and value head h // kv_groups, as ``repeat_interleave`` and PyTorch's ``enable_g
 dims broadcast as in matmul. The optional fourth input (``has_mask``) is a bool mask (True: the
 key takes part) or an additive float mask of q's dtype, broadcastable to the scores
 (..., Hq, T, S) without enlarging them. ``causal`` keeps key j <= query i (top-left aligned,
-as PyTorch's ``is_causal``). A query row whose keys are all masked gives zeros (value and
-gradient), as PyTorch's CPU kernels do. Dropout (``dropout_p``) draws its keep mask
+as PyTorch's ``is_causal``). Keys are hidden first (``where(keep, s, -inf)`` for a bool mask and
+causality: a hidden key's score is the constant -inf and passes no gradient, not even NaN), and
+a float mask is added after (its gradient is the scores' gradient). With ``safe_softmax`` (the default, PyTorch's SDPA) a query row
+whose keys are all masked gives zeros (value and gradient), as PyTorch's CPU kernels do; without
+it the softmax is the plain one and such a row gives NaN, as a hand-written
+``softmax(masked_fill(s, mask, -inf))`` does (the fusion pass keeps what it replaced). Dropout (``dropout_p``) draws its keep mask
 ``rand(scores shape, seed) >= p`` exactly as the frontend's dropout does, so a fused graph
 reproduces the unfused one.
 
@@ -27,7 +31,7 @@ from .shape_rules import broadcast_shapes, fmt_shape
 NAME = "scaled_dot_product_attention"
 ATTRS = {"scale": Attr("float"), "causal": Attr("bool", False), "has_mask": Attr("bool", False),
          "dropout_p": Attr("float", 0.0), "seed": Attr("optional_int", None),
-         "kv_groups": Attr("int", 1)}
+         "kv_groups": Attr("int", 1), "safe_softmax": Attr("bool", True)}
 
 
 # ---- shape rule ---------------------------------------------------------------------------------
@@ -94,19 +98,22 @@ def keep_mask(shape, dtype, p: float, seed: int) -> np.ndarray:
     return drawn >= np.asarray(p, dtype.np)
 
 
-def _attention(q, k, v, mask=None, *, scale, causal, has_mask, dropout_p, seed, kv_groups):
+def _attention(q, k, v, mask=None, *, scale, causal, has_mask, dropout_p, seed, kv_groups,
+               safe_softmax):
     dtype = from_numpy_dtype(q.dtype)
     compute = np.float32 if q.dtype == np.float16 else q.dtype
     q, k, v = (x.astype(compute, copy=False) for x in (q, k, v))
     if kv_groups > 1:
         k, v = np.repeat(k, kv_groups, axis=-3), np.repeat(v, kv_groups, axis=-3)
     s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.asarray(scale, compute)
-    if mask is not None:
-        s = np.where(mask, s, -np.inf) if mask.dtype == np.bool_ else s + mask.astype(compute)
+    if mask is not None and mask.dtype == np.bool_:
+        s = np.where(mask, s, -np.inf)
     if causal:
         s = np.where(np.tril(np.ones(s.shape[-2:], np.bool_)), s, -np.inf)
+    if mask is not None and mask.dtype != np.bool_:
+        s = s + mask.astype(compute)
     top = np.amax(s, axis=-1, keepdims=True) if s.shape[-1] else np.zeros(s.shape[:-1] + (1,))
-    empty = top == -np.inf
+    empty = (top == -np.inf) & safe_softmax  # else such a row gives NaN, as plain softmax
     e = np.exp(s - np.where(empty, 0, top))
     p = np.where(empty, 0, e / np.where(empty, 1, np.sum(e, axis=-1, keepdims=True)))
     p = p.astype(compute, copy=False)
@@ -142,20 +149,37 @@ def _sum_groups(b, g, groups: int):
     return b.sum(g, dims=(len(lead) + 1,), keepdim=False)
 
 
-def probabilities(b, ctx, q, k):
-    """softmax(q kᵀ · scale + mask) as the forward computes it; rows with no key give 0."""
+def _masked_scores(b, ctx, q, k):
+    """(q kᵀ · scale + mask with hidden keys at -inf, the bool keep mask of the hidden keys or
+    None when no key is hidden by a bool mask or causality)."""
     attrs, dt = ctx.attrs, b.dtype(q)
     ninf = b.scalar(float("-inf"), dt)
     s = b.mul(b.matmul(q, _transpose(b, k)), b.scalar(attrs["scale"], dt))
-    if attrs["has_mask"]:
-        mask = ctx.input(3)
-        s = b.where(mask, s, ninf) if b.dtype(mask) is bool_ else b.add(s, mask)
+    mask = ctx.input(3) if attrs["has_mask"] else None
+    keep = None
+    if mask is not None and b.dtype(mask) is bool_:
+        keep = mask
+        s = b.where(mask, s, ninf)
     if attrs["causal"]:
         tri = b.tril(b.full(shape=b.shape(s)[-2:], value=True, dtype=bool_), diagonal=0)
         s = b.where(tri, s, ninf)
-    if not attrs["has_mask"]:
+        keep = tri if keep is None else b.logical_and(keep, tri)
+    if mask is not None and b.dtype(mask) is not bool_:
+        s = b.add(s, mask)
+    return s, keep
+
+
+def probabilities(b, ctx, q, k):
+    """softmax(q kᵀ · scale + mask) as the forward computes it; rows with no key give 0 with
+    ``safe_softmax``, NaN without."""
+    return _probabilities(b, ctx, *_masked_scores(b, ctx, q, k))
+
+
+def _probabilities(b, ctx, s, keep):
+    if not (ctx.attrs["has_mask"] and ctx.attrs["safe_softmax"]):
         return b.softmax(s, dim=-1)
-    empty = b.eq(b.amax(s, dims=(-1,), keepdim=True), ninf)
+    dt = b.dtype(s)
+    empty = b.eq(b.amax(s, dims=(-1,), keepdim=True), b.scalar(float("-inf"), dt))
     zero = b.scalar(0, dt)
     return b.where(empty, zero, b.softmax(b.where(empty, zero, s), dim=-1))
 
@@ -178,7 +202,8 @@ def _grad_attention(b, ctx, g):
     groups = attrs["kv_groups"]
     q, k, v = ctx.input(0), ctx.input(1), ctx.input(2)
     k_rep, v_rep = _repeat_heads(b, k, groups), _repeat_heads(b, v, groups)
-    p = probabilities(b, ctx, q, k_rep)
+    s, keep = _masked_scores(b, ctx, q, k_rep)
+    p = _probabilities(b, ctx, s, keep)
     drop = _dropout_factor(b, ctx, p)
     grads = [None] * len(ctx.input_types)
     if need[2]:
@@ -192,7 +217,9 @@ def _grad_attention(b, ctx, g):
         dp = b.mul(dp, drop)
     ds = b.mul(p, b.sub(dp, b.sum(b.mul(dp, p), dims=(-1,), keepdim=True)))
     if float_mask and need[3]:
-        grads[3] = ds
+        grads[3] = ds  # added after keys are hidden: the scores' gradient, hidden keys too
+    if keep is not None:  # a hidden key's score is the constant -inf: no gradient (nor NaN)
+        ds = b.where(keep, ds, b.scalar(0, b.dtype(ds)))
     ds = b.mul(ds, b.scalar(attrs["scale"], b.dtype(ds)))
     if need[0]:
         grads[0] = b.matmul(ds, k_rep)
