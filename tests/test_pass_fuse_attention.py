@@ -4,6 +4,7 @@ verifier after the pass; autodiff through the fused op equal to autodiff of the 
 and the autodiff-built training graph, where the forward fuses and the backward keeps what it
 reads of the unfused pattern."""
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -171,6 +172,19 @@ graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4], %keep: b8[3,5],
     "attention pattern matched up to matmul @attn; where @attn hides keys with a bool mask and "
     "add @attn adds a float mask; the fused op takes one kind of mask (they differ at hidden "
     "keys for inf scores and in gradients)"])
+
+# scores divided by zero: a valid graph (inf and NaN scores), never a crash of the pass
+NEAR_MISSES["divide_by_zero"] = ("""
+graph attn(%q: f32[1,2,3,4], %k: f32[1,2,5,4], %v: f32[1,2,5,4]) {
+  const %k0: f32[] = 0.0
+  %0: f32[1,2,4,5] = permute(%k) {dims=[0, 1, 3, 2]}  @attn
+  %1: f32[1,2,3,5] = matmul(%q, %0)  @attn
+  %2: f32[1,2,3,5] = div(%1, %k0)  @attn
+  %3: f32[1,2,3,5] = softmax(%2) {dim=-1}  @attn
+  %4: f32[1,2,3,4] = matmul(%3, %v)  @attn
+  return %4
+}
+""", ["attention pattern matched up to softmax @attn; div @attn divides the scores by 0.0"])
 
 # a mask that would broadcast the scores to more dims
 NEAR_MISSES["mask_broadcasts"] = ("""
@@ -358,3 +372,17 @@ def test_fusing_before_autodiff_gives_a_backward_from_the_fused_rule():
     inputs = _finite_inputs(g) + [np.ones((1, 2, 3, 4), np.float32)]
     _assert_close(interpret(autodiff(g, wrt), *inputs), interpret(joint, *inputs), rtol=1e-4,
                   atol=1e-5)
+
+
+def test_a_compiled_division_by_zero_before_softmax_gives_eager_values():
+    import graphnn
+
+    def attention(q, k, v):
+        return ((q @ k.transpose(-2, -1)) / 0.0).softmax(-1) @ v
+
+    q, k, v = (graphnn.randn(1, 2, 3, 4) for _ in range(3))
+    compiled = graphnn.compile(attention)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a crash in a pass falls back to eager with a warning
+        got = compiled(q, k, v).numpy()
+    np.testing.assert_array_equal(got, attention(q, k, v).numpy())

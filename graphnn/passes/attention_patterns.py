@@ -257,6 +257,8 @@ def peel_scale(m: Attention, node: Node, consts: Constants) -> Value:
     for pos in positions:
         c = consts.scalar(node.inputs[pos])
         if c is not None:
+            if node.op == "div" and c == 0:
+                raise NearMiss(m.last, f"{where(node)} divides the scores by {c!r}")
             factor = c if node.op == "mul" else 1.0 / c
             if not (math.isfinite(factor) and factor > 0):
                 raise NearMiss(m.last, f"{where(node)} scales the scores by {factor!r}, not a "
