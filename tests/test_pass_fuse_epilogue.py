@@ -504,3 +504,49 @@ def test_traced_models_fuse_and_match_eager(make, shape, fused):
 def get_group(op_name):
     from graphnn.ir import get_op
     return get_op(op_name).group.value
+
+
+# ---- special values: NaN, inf, empty batches ------------------------------------------------
+
+def _special(graph, seed=3):
+    """Random inputs and parameters with NaN, inf and -inf placed in each float array."""
+    inputs, params = _random(graph, seed)
+    for a in inputs + list(params.values()):
+        if a.dtype.kind == "f" and a.size >= 3:
+            a.reshape(-1)[[0, a.size // 2, -1]] = (np.nan, np.inf, -np.inf)
+    return inputs, params
+
+
+def _assert_same_nan(want, got):
+    for a, b in zip(_flat(want), _flat(got), strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_array_equal(np.isnan(b), np.isnan(a))
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("name,before,after,notes", FUSED, ids=[c[0] for c in FUSED])
+def test_fused_epilogue_keeps_nan_and_inf(name, before, after, notes):
+    """Values and gradients: NaN exactly where the unfused graph gives NaN."""
+    loss = _loss(verify(parse(before)))
+    fused = verify(fuse_epilogue(loss))
+    inputs, params = _special(loss)
+    _assert_same_nan(interpret(loss, *inputs, params=params),
+                     interpret(fused, *inputs, params=params))
+    unfused_grads = interpret(verify(autodiff(loss, _wrt(loss))), *inputs, params=params)[1]
+    fused_grads = interpret(verify(autodiff(fused, _wrt(fused))), *inputs, params=params)[1]
+    for name_ in unfused_grads:
+        _assert_same_nan(unfused_grads[name_], fused_grads[name_])
+
+
+@pytest.mark.parametrize("make,shape", [(_cnn, (0, 3, 6, 6)), (_mlp, (0, 5))],
+                         ids=["cnn", "mlp"])
+def test_traced_models_with_an_empty_batch_fuse_and_match_eager(make, shape):
+    graphnn.manual_seed(0)
+    model = make()
+    x = graphnn.randn(*shape)
+    out = run_pipeline(graphnn.trace(model, x)).graph
+    assert any(n.op.endswith("_epilogue") for n in out.nodes), str(out)
+    params = {k: v.numpy() for k, v in model.state_dict().items()}
+    with graphnn.no_grad():
+        eager = model(x).numpy()
+    _assert_same_nan(eager, interpret(out, x.numpy(), params=params))
