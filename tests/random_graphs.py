@@ -109,8 +109,15 @@ ACTIVATIONS = ("relu", "gelu", "tanh", "silu", "none")
 
 
 def unary(s: _State):
+    """One op of ``UNARY``; ``exp`` reads a ``tanh`` (an exp of an exp would turn a GEMM's
+    last-bit rounding into a large difference)."""
     x = s.operand()
-    return s.add(s.graph.call(s.pick(UNARY), x)) if x is not None else None
+    if x is None:
+        return None
+    op = s.pick(UNARY)
+    if op == "exp":
+        x = s.graph.call("tanh", x)
+    return s.add(s.graph.call(op, x))
 
 
 def binary(s: _State):
