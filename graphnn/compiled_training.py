@@ -11,6 +11,7 @@ A ``TrainingEntry`` runs the forward kernel and puts its outputs on the eager ta
 from __future__ import annotations
 
 import copy
+import functools
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from .compiled_results import flat_tensors, to_tensors
 from .frontend.compiled_node import attach
 from .frontend.grad_mode import is_grad_enabled
 from .frontend.tensor import Tensor
+from .ir.dtypes import promote_pair
 from .ir.emit import Builder
 from .ir.errors import UnsupportedError
 from .ir.graph import flatten_structure, map_structure
@@ -80,7 +82,7 @@ class TrainingEntry:
                 if key is None:
                     scale = None if (g.shape == () and g == 1) else g
                 else:
-                    feed_now[key] = np.ascontiguousarray(g)
+                    feed_now[key] = np.asarray(g, order="C")  # keeps a 0-d gradient 0-d
             res = backward.run([feed_now[n] for n in backward_inputs], bparams)
             out = []
             for n in names:
@@ -123,8 +125,7 @@ def vjp_training_graphs(graph, wrt, passes, disable):
                 raise RuntimeError("the forward returns one differentiable value twice")
             seen.add(v.name)
             positions.append(i)
-    if len({flat[i].type.dtype for i in positions}) > 1:
-        raise RuntimeError("differentiable outputs of different dtypes")
+    common = functools.reduce(promote_pair, [flat[i].type.dtype for i in positions])
     g = copy.deepcopy(forward)
     by_name = {v.name: v for v in g.values()}
     b = Builder(GraphEmitter(g))
@@ -134,6 +135,8 @@ def vjp_training_graphs(graph, wrt, passes, disable):
         term = b.mul(v, g.add_input(f"grad_output_{k}", v.type))
         if v.type.ndim:
             term = b.sum(term, dims=list(range(v.type.ndim)), keepdim=False)
+        if v.type.dtype != common:  # outputs of several dtypes: one total (a cast's gradient
+            term = b.cast(term, dtype=common)  # casts back, so each output gets its own)
         total = term if total is None else b.add(total, term)
     structure = g.outputs
     g.outputs = total

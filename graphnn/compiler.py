@@ -334,7 +334,7 @@ class CompiledFunction(DynamicBatch):
                 def make(artifacts, random_):
                     return compiled_step.StepEntry(artifacts["step"], random_, changes,
                                                    to_tensors)
-            elif not sig.needs_grad:
+            elif not (sig.needs_grad and _differentiated(sig, graph, tensors)[0]):
                 graphs = {"inference": stages.optimized(graph, self._passes,
                                                         self._disable).graph}
 
@@ -361,16 +361,9 @@ class CompiledFunction(DynamicBatch):
 
     def _training_stages(self, sig, graph, tensors):
         """The forward and backward graphs of a compiled training forward, and its entry."""
-        state = dict(sig.state)
         flat = flatten_structure(graph.outputs[0])  # the result, without state updates
         floating = [v for v in flat if v is not None and v.type.dtype.is_floating_point]
-        if not floating:
-            raise RuntimeError("the forward has no floating output to differentiate")
-        reached = _sources_of(graph, floating)  # an unused parameter's .grad stays None
-        wrt_params = [v.name for v in graph.params if v.kind == "param" and v.name in reached
-                      and state.get(v.name) and state[v.name].requires_grad]
-        wrt_inputs = [(v.name, i) for i, (v, t) in enumerate(zip(graph.inputs, tensors))
-                      if t.requires_grad and v.name in reached]
+        wrt_params, wrt_inputs = _differentiated(sig, graph, tensors)[1:]
         wrt = wrt_params + [n for n, _ in wrt_inputs]
         if len(floating) == 1 and flat[0] is floating[0]:  # stages.training's shape
             _, fwd, bwd = training_graphs(graph, wrt, self._passes, self._disable)
@@ -414,13 +407,22 @@ class CompiledFunction(DynamicBatch):
         return f"<graphnn compiled {self.name}: {len(self._entries)} signatures>"
 
 
-def _sources_of(graph, values) -> set:
-    """Names of the inputs and parameters of ``graph`` that ``values`` depend on."""
-    wanted = {v.name for v in values}
+def _differentiated(sig, graph, tensors):
+    """(whether the call's result needs a backward, the parameters and the (input name,
+    position) pairs to differentiate): those requiring grad that a floating output depends on,
+    so an unused parameter's ``.grad`` stays None; a result with no floating output, or with
+    none depending on them, is compiled for inference, as eager gives it no ``grad_fn``."""
+    state = dict(sig.state)
+    flat = flatten_structure(graph.outputs[0])  # the result, without state updates
+    reached = {v.name for v in flat if v is not None and v.type.dtype.is_floating_point}
     for node in reversed(graph.nodes):
-        if any(v.name in wanted for v in node.outputs):
-            wanted |= {v.name for v in node.inputs}
-    return wanted
+        if any(v.name in reached for v in node.outputs):
+            reached |= {v.name for v in node.inputs}
+    wrt_params = [v.name for v in graph.params if v.kind == "param" and v.name in reached
+                  and state.get(v.name) and state[v.name].requires_grad]
+    wrt_inputs = [(v.name, i) for i, (v, t) in enumerate(zip(graph.inputs, tensors))
+                  if t.requires_grad and v.name in reached]
+    return bool(wrt_params or wrt_inputs), wrt_params, wrt_inputs
 
 
 def compile(fn_or_module, backend="numpy", passes=None, disable=None, dynamic=False,
