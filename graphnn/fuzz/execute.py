@@ -20,8 +20,10 @@ from .values import input_arrays, loss_weights, state_arrays
 
 DROPOUT_SEED = 1234
 STEPS = 3
-OPTIMIZERS = {"sgd": ("SGD", {"lr": 0.1, "momentum": 0.9}), "adam": ("Adam", {"lr": 0.01, "eps": 1e-3})}  # a large eps: Adam turns
-# gradients that are zero up to rounding (a key bias in attention) into full-size steps
+# Adam with a large eps: the default turns gradients that are zero up to rounding (attention's
+# key bias) into full-size steps, which makes every such program ill-conditioned
+OPTIMIZERS = {"sgd": ("SGD", {"lr": 0.1, "momentum": 0.9}),
+              "adam": ("Adam", {"lr": 0.01, "eps": 1e-3})}
 
 
 class NotApplicable(Exception):
