@@ -118,13 +118,7 @@ def vjp_training_graphs(graph, wrt, passes, disable):
     forward = run_pipeline(graph, passes, disable).graph
     late = [n for n in stages.select_names(passes, disable) if n in stages.SCHEDULING_PASSES]
     flat = flatten_structure(forward.outputs[0])  # the result; state updates come after
-    positions, seen = [], set()
-    for i, v in enumerate(flat):
-        if v is not None and v.type.dtype.is_floating_point:
-            if v.name in seen:
-                raise RuntimeError("the forward returns one differentiable value twice")
-            seen.add(v.name)
-            positions.append(i)
+    positions = [i for i, v in enumerate(flat) if v is not None and v.type.dtype.is_floating_point]
     common = functools.reduce(promote_pair, [flat[i].type.dtype for i in positions])
     g = copy.deepcopy(forward)
     by_name = {v.name: v for v in g.values()}

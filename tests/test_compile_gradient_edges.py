@@ -126,3 +126,19 @@ def test_an_integer_result_compiles_for_inference_in_grad_mode():
         indices = fn(x)
     np.testing.assert_array_equal(indices.numpy(), model(x).argmax(-1).numpy())
     assert not indices.requires_grad
+
+
+def test_a_value_returned_twice_gets_both_gradients():
+    """Found by graphnn fuzz: ``return y, y`` did not compile."""
+    graphnn.manual_seed(0)
+    layer = nn.Linear(3, 2)
+    twin = copy.deepcopy(layer)
+    fn = graphnn.compile(lambda x: (layer(x),) * 2)
+    x = graphnn.randn(4, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        a, b = fn(x)
+        (a.sum() + 2 * b.sum()).backward()
+    y = twin(x)
+    (y.sum() + 2 * y.sum()).backward()
+    np.testing.assert_allclose(layer.weight.grad.numpy(), twin.weight.grad.numpy(), rtol=1e-6)
