@@ -108,7 +108,12 @@ def _check_mode(program, mode, backends, use_torch, only, outcome):
     if only is not None and only[2] == base.label:
         return  # the eager crash did not happen
     tol = program_tolerance(program)
-    reference = execute(program, replace(base, dtype="float64"))
+    try:
+        reference = execute(program, replace(base, dtype="float64"))
+    except Exception as error:  # noqa: BLE001
+        run = replace(base, dtype="float64")
+        outcome.failures.append(Failure("crash", mode, run.label, _crash_text(error)))
+        return
     ill = [f"{mode}: eager {program.dtype} vs float64: {d}"
            for d in differences(eager, reference, tol, values=not program.random)]
     if use_torch:

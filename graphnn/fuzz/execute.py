@@ -54,8 +54,9 @@ class Run:
 
 
 def _instantiate(program: Program, lib, as_dtype):
-    """The program's callable in ``lib``, a Module loaded with the program's state values."""
-    obj = build(program, lib.T, lib.F)
+    """The program's callable in ``lib`` with its floats in ``as_dtype`` (explicit casts too),
+    a Module loaded with the program's state values (drawn as for the program's own dtype)."""
+    obj = build(program.with_dtype(as_dtype) if as_dtype else program, lib.T, lib.F)
     if program.kind != "module":
         return obj
     dtype = as_dtype or program.dtype

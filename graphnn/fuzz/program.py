@@ -82,14 +82,17 @@ class Program:
         return out
 
     def with_dtype(self, dtype: str) -> "Program":
-        """The same program with every float value in ``dtype`` (the float64 reference)."""
+        """The same program with every float value in ``dtype`` (the float64 reference):
+        explicit casts (the "cast" family) cast to ``dtype`` too."""
         def cast(t):
             return t.with_dtype(dtype) if t.is_float else t
-        return replace(
-            self, dtype=dtype,
-            inputs=[replace(i, type=cast(i.type)) for i in self.inputs],
-            statements=[replace(s, outs=tuple((n, cast(t)) for n, t in s.outs))
-                        for s in self.statements])
+
+        def statement(s):
+            attrs = {**s.attrs, "op": dtype} if s.family == "cast" else s.attrs
+            return replace(s, attrs=attrs, outs=tuple((n, cast(t)) for n, t in s.outs))
+        return replace(self, dtype=dtype,
+                       inputs=[replace(i, type=cast(i.type)) for i in self.inputs],
+                       statements=[statement(s) for s in self.statements])
 
     # ---- JSON --------------------------------------------------------------------------------
     def to_json(self) -> str:
