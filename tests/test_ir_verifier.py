@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 
 import ir_samples
-from graphnn.ir import Graph, TensorType, VerifyError, verify
+from graphnn.ir import Graph, TensorType, VerifyError, parse, verify
 from graphnn.ir import dtypes as D
+from graphnn.ir.errors import ShapeError
 from graphnn.ir.graph import Value
 
 f32 = ir_samples.f32
@@ -124,3 +125,65 @@ def test_output_must_be_defined_and_constants_must_match_their_type():
 def test_verify_error_is_a_graphnn_value_error():
     from graphnn.ir import GraphnnError
     assert issubclass(VerifyError, GraphnnError) and issubclass(VerifyError, ValueError)
+
+
+# ---- shape arithmetic is exact and bounded by int64 (types.INT64_MAX) ---------------------------
+
+_BIG = 2 ** 32  # [_BIG, _BIG] has 2**64 elements: an int64 product wraps that to 0
+
+
+def test_reshape_whose_element_count_wraps_in_int64_is_rejected():
+    g = Graph("g")
+    x = g.add_input("x", f32(0))
+    with pytest.raises(ShapeError, match=r"reshape: shape \[4294967296, 4294967296\] has "
+                                         r"18446744073709551616 elements, more than "):
+        g.call("reshape", x, shape=(_BIG, _BIG))
+    g.add_node("reshape", [x], {"shape": (_BIG, _BIG)}, [f32(_BIG, _BIG)])
+    g.outputs = g.nodes[0].outputs[0]
+    with pytest.raises(VerifyError, match=r"result %0 has an invalid type f32\[4294967296,"
+                                          r"4294967296\]: shape .* has 18446744073709551616 "
+                                          r"elements, more than 9223372036854775807"):
+        verify(g)
+
+
+@pytest.mark.parametrize("node, fragment", [
+    ("%0: f32[2] = reshape(%x) {shape=[99999999999999999999999]}",
+     "reshape: dimension 0 of shape [99999999999999999999999] is larger than "
+     "9223372036854775807 (the int64 limit)"),
+    ("%0: f32[0] = reshape(%e) {shape=[0, 1180591620717411303424]}",
+     "reshape: dimension 1 of shape [0, 1180591620717411303424] is larger than"),
+    ("%0: f32[0] = arange() {start=0, end=nan, dtype=f32}",
+     "arange: unsupported range 0 -> nan with step 1 (bounds and step must be finite)"),
+    ("%0: f32[0] = arange() {start=-1e308, end=1e308, step=1e-300, dtype=f32}",
+     "has more than 9223372036854775807 elements (the int64 limit)"),
+    ("%0: f32[0] = arange() {start=0, end=1" + "0" * 400 + ", dtype=f32}", "is beyond float64"),
+], ids=["reshape-attribute-beyond-int64", "reshape-of-empty-beyond-int64", "arange-nan",
+        "arange-size-overflows-float", "arange-bound-beyond-float64"])
+def test_shape_rules_reject_out_of_range_attributes_with_a_verify_error(node, fragment):
+    """These raised OverflowError or ValueError from the shape rule inside ``verify``."""
+    g = parse(f"graph g(%x: f32[2], %e: f32[0]) {{\n  {node}\n  return %0\n}}\n")
+    with pytest.raises(VerifyError, match="the op's shape rule rejects its inputs") as info:
+        verify(g)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("build", [
+    lambda g: g.call("expand", g.add_input("x", f32(1, 1)), shape=(2 ** 62, 2 ** 62)),
+    lambda g: g.call("add", g.add_input("a", f32(_BIG, 1)), g.add_input("b", f32(1, _BIG))),
+    lambda g: g.call("matmul", g.add_input("a", f32(_BIG, 1)), g.add_input("b", f32(1, _BIG))),
+    lambda g: g.call("arange", start=0, end=2 ** 70),
+    lambda g: g.call("full", shape=(_BIG, _BIG), value=0.0),
+    lambda g: g.call("cat", g.add_input("a", f32(2 ** 62)), g.add_input("b", f32(2 ** 62))),
+    lambda g: g.call("pad", g.add_input("x", f32(2)), pads=(2 ** 63, 0)),
+], ids=["expand", "broadcast", "matmul", "arange", "full", "cat", "pad"])
+def test_shape_rules_refuse_results_beyond_int64(build):
+    with pytest.raises(ShapeError, match=r"9223372036854775807.*\(the int64 limit\)"):
+        build(Graph("g"))
+
+
+def test_values_with_invalid_types_are_rejected():
+    g = Graph("g")
+    g.outputs = g.add_input("x", f32(3, -1))
+    with pytest.raises(VerifyError, match=r"%x has an invalid type f32\[3,-1\]: dimension 1 of "
+                                          r"shape \[3, -1\] is negative"):
+        verify(g)

@@ -1,9 +1,38 @@
 """TensorType: the static shape and dtype of a value, as the IR prints it (``f32[2,3]``)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .dtypes import DType
+
+INT64_MAX = 2 ** 63 - 1
+"""The largest dimension and the largest element count a shape may have: sizes and flat
+offsets then fit the int64 that NumPy, PyTorch and generated kernels index with. Shape
+arithmetic uses exact Python ints checked against this bound, never a NumPy product (which
+wraps around silently)."""
+
+MAX_NDIM = 64
+"""The most dimensions a tensor may have (NumPy's limit)."""
+
+
+def shape_problem(shape) -> str | None:
+    """Why ``shape`` (a tuple of ints) cannot be a tensor's shape, or None when it can: at most
+    MAX_NDIM dimensions, each in [0, INT64_MAX], and at most INT64_MAX elements."""
+    if len(shape) > MAX_NDIM:
+        return f"a shape has at most {MAX_NDIM} dimensions, got {len(shape)}"
+    count = 1
+    for i, size in enumerate(shape):
+        if size < 0:
+            return f"dimension {i} of shape {list(shape)} is negative"
+        if size > INT64_MAX:
+            return (f"dimension {i} of shape {list(shape)} is larger than {INT64_MAX} (the "
+                    f"int64 limit)")
+        count *= size
+    if count > INT64_MAX:
+        return (f"shape {list(shape)} has {count} elements, more than {INT64_MAX} (the int64 "
+                f"limit)")
+    return None
 
 
 @dataclass(frozen=True)
@@ -19,10 +48,7 @@ class TensorType:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
+        return math.prod(self.shape)
 
     def __str__(self) -> str:
         return f"{self.dtype.short}[{','.join(str(s) for s in self.shape)}]"

@@ -1,9 +1,11 @@
 """``verify(graph)``: the invariants every pass must keep.
 
-Checks unique value names, definition before use (which also rules out cycles), that each
-node's op exists, its attributes are valid for the op's schema, its input count fits the op,
-its result types equal what the op's shape rule gives, that constants match their types and that
-the outputs are defined values. The first violation raises ``VerifyError`` naming the node.
+Checks unique value names, definition before use (which also rules out cycles), that every
+value's shape is one a tensor can have (``types.shape_problem``: at most 64 dims, sizes and
+element count within int64), that each node's op exists, its attributes are valid for the op's
+schema, its input count fits the op, its result types equal what the op's shape rule gives, that
+constants match their types and that the outputs are defined values. The first violation raises
+``VerifyError`` (and nothing else) naming the node or value.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from .errors import GraphnnError
 from .graph import Graph, flatten_structure
 from .printer import format_node
 from .registry import get_op
-from .types import TensorType
+from .types import TensorType, shape_problem
 
 
 class VerifyError(GraphnnError, ValueError):
@@ -29,6 +31,10 @@ def verify(graph: Graph) -> Graph:
         if value.name in defined:
             raise VerifyError(f"graph {graph.name}: value %{value.name} is defined twice")
         defined[value.name] = value
+        problem = shape_problem(value.type.shape)
+        if problem is not None:
+            raise VerifyError(f"graph {graph.name}: %{value.name} has an invalid type "
+                              f"{value.type}: {problem}")
         if value.kind == "const":
             if value.data is None or tuple(value.data.shape) != value.type.shape or \
                     value.data.dtype != value.type.dtype.np:
@@ -54,6 +60,10 @@ def _verify_node(node, defined):
         op = get_op(node.op)
     except GraphnnError:
         _fail(node, f"unknown op {node.op!r}")
+    for out in node.outputs:
+        problem = shape_problem(out.type.shape)
+        if problem is not None:
+            _fail(node, f"result %{out.name} has an invalid type {out.type}: {problem}")
     for i, v in enumerate(node.inputs):
         if defined.get(v.name) is not v:
             _fail(node, f"input {i} (%{v.name}) is used before it is defined (or is not a "

@@ -6,7 +6,7 @@ import numpy as np
 from ..errors import DTypeError, ShapeError
 from ..registry import OpDef, OpGroup, register
 from ..types import TensorType
-from .shape_rules import broadcast_shapes, fmt_shape
+from .shape_rules import broadcast_shapes, checked_shape, fmt_shape
 
 
 def matmul_shape(a_shape, b_shape) -> tuple:
@@ -22,7 +22,7 @@ def matmul_shape(a_shape, b_shape) -> tuple:
     batch = broadcast_shapes("matmul", [a2[:-2], b2[:-2]])
     rows = () if len(a_shape) == 1 else (a2[-2],)
     cols = () if len(b_shape) == 1 else (b2[-1],)
-    return batch + rows + cols
+    return checked_shape("matmul", batch + rows + cols)
 
 
 def _matmul_infer(types):

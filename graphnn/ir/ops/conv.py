@@ -12,7 +12,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..errors import DTypeError, ShapeError
 from ..registry import Attr, OpDef, OpGroup, register
 from ..types import TensorType
-from .shape_rules import fmt_shape
+from .shape_rules import checked_shape, fmt_shape
 
 _GEOMETRY = {"stride": Attr("ints", (1, 1)), "padding": Attr("ints", (0, 0)),
              "dilation": Attr("ints", (1, 1)), "groups": Attr("int", 1)}
@@ -49,7 +49,7 @@ def _conv_shape(op, x_shape, w_shape, stride, padding, dilation, groups):
     if ho < 1 or wo < 1:
         raise ShapeError(f"{op}: input {fmt_shape(x_shape)} (padded) is smaller than the "
                          f"dilated kernel {kh}x{kw}; output would be {ho}x{wo}")
-    return (n, o, ho, wo)
+    return checked_shape(op, (n, o, ho, wo))
 
 
 def _conv2d_infer(types, **geo):
@@ -111,11 +111,12 @@ register(OpDef(name="conv2d", group=OpGroup.CONVOLUTION, infer=_conv2d_infer, im
 
 def _input_grad_infer(types, *, input_shape, **geo):
     g, w = types
+    input_shape = checked_shape("conv2d_input_grad", input_shape)
     out = _conv_shape("conv2d_input_grad", input_shape, w.shape, **geo)
     if g.shape != out:
         raise ShapeError(f"conv2d_input_grad: expected grad of shape {fmt_shape(out)}, got "
                          f"{fmt_shape(g.shape)}")
-    return TensorType(tuple(input_shape), g.dtype)
+    return TensorType(input_shape, g.dtype)
 
 
 def _conv2d_input_grad(g, w, *, input_shape, stride, padding, dilation, groups):
@@ -151,11 +152,12 @@ register(OpDef(name="conv2d_input_grad", group=OpGroup.CONVOLUTION, infer=_input
 
 def _weight_grad_infer(types, *, weight_shape, **geo):
     x, g = types
+    weight_shape = checked_shape("conv2d_weight_grad", weight_shape)
     out = _conv_shape("conv2d_weight_grad", x.shape, weight_shape, **geo)
     if g.shape != out:
         raise ShapeError(f"conv2d_weight_grad: expected grad of shape {fmt_shape(out)}, got "
                          f"{fmt_shape(g.shape)}")
-    return TensorType(tuple(weight_shape), x.dtype)
+    return TensorType(weight_shape, x.dtype)
 
 
 def _conv2d_weight_grad(x, g, *, weight_shape, stride, padding, dilation, groups):

@@ -13,22 +13,18 @@ import numpy as np
 from ..dtypes import float32, int64
 from ..errors import DTypeError, ShapeError
 from ..registry import Attr, NotDifferentiable, OpDef, OpGroup, register
-from ..types import TensorType
+from ..types import INT64_MAX, TensorType
+from .shape_rules import checked_shape
 
 _NO_INPUTS = NotDifferentiable("the op has no tensor inputs")
 
 
-def _check_shape(op, shape):
-    if any(s < 0 for s in shape):
-        raise ShapeError(f"{op}: negative dimension in shape {list(shape)}")
-
-
 def _creation(name, group, impl, attrs, doc, check=None):
     def infer(types, *, shape, dtype, **rest):
-        _check_shape(name, shape)
+        shape = checked_shape(name, shape)
         if check is not None:
             check(dtype=dtype, **rest)
-        return TensorType(tuple(shape), dtype)
+        return TensorType(shape, dtype)
     register(OpDef(name=name, group=group, infer=infer, impl=impl, grad=_NO_INPUTS,
                    attrs={"shape": Attr("ints"), "dtype": Attr("dtype", float32), **attrs},
                    arity=(0, 0), saves_inputs=(), doc=doc))
@@ -97,17 +93,34 @@ _creation("randint", OpGroup.RANDOM, _randint,
 
 
 def _arange_bounds(start, end, step, dtype):
-    """(start, step, size) as PyTorch computes them: integer dtypes truncate the bounds first."""
-    if not dtype.is_floating_point:
-        start, end, step = int(start), int(end), int(step)
+    """(start, step, size) as PyTorch computes them: integer dtypes truncate the bounds first,
+    float dtypes compute the size in float64.
+
+    ShapeError for bounds that are not finite (or not float64 numbers, for a float dtype), a
+    zero step, a step pointing away from end, or more than INT64_MAX elements."""
+    bounds = (start, end, step)
+    if any(isinstance(v, float) and not math.isfinite(v) for v in bounds):
+        raise ShapeError(f"arange: unsupported range {start} -> {end} with step {step} (bounds "
+                         f"and step must be finite)")
+    try:
+        start, end, step = (float(v) if dtype.is_floating_point else int(v) for v in bounds)
+    except OverflowError:
+        raise ShapeError(f"arange: the range {start} -> {end} with step {step} is beyond "
+                         f"float64") from None
     if step == 0:
         raise ShapeError("arange: step must be nonzero")
     if (step > 0 and end < start) or (step < 0 and end > start):
         raise ShapeError(f"arange: upper bound and lower bound inconsistent with step sign "
                          f"(start={start}, end={end}, step={step})")
     if dtype.is_floating_point:
-        return start, step, int(np.ceil((end - start) / step))
-    return start, step, -((start - end) // step)
+        quotient = (end - start) / step  # Python floats: inf on overflow, never an exception
+        size = math.ceil(quotient) if math.isfinite(quotient) else math.inf
+    else:
+        size = -((start - end) // step)
+    if size > INT64_MAX:
+        raise ShapeError(f"arange: the range {start} -> {end} with step {step} has more than "
+                         f"{INT64_MAX} elements (the int64 limit)")
+    return start, step, size
 
 
 def _arange_infer(types, *, start, end, step, dtype):

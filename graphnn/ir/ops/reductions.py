@@ -5,6 +5,8 @@ back to the keepdim shape; the autograd driver's ``fit`` expands it over the red
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..dtypes import int64
@@ -41,7 +43,7 @@ def _unreduce(b, ctx, g):
 def _count(ctx):
     t = ctx.input_types[0]
     dims = normalize_dims(ctx.op_name, ctx.attrs["dims"], t.ndim)
-    return int(np.prod([t.shape[d] for d in dims], dtype=np.int64))
+    return math.prod(t.shape[d] for d in dims)
 
 
 def _reduction(name, impl, grad, out_dtype, *, attrs=None, nonempty=False, saves_inputs=None,

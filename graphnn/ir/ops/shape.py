@@ -6,12 +6,14 @@ no -1, slices are given per dimension with non-negative bounds.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import ShapeError
 from ..registry import Attr, OpDef, OpGroup, register, type_of_array
 from ..types import TensorType
-from .shape_rules import fmt_shape, normalize_dim, promoted
+from .shape_rules import checked_shape, fmt_shape, normalize_dim, promoted
 
 
 def _shape_op(name, infer, impl, grad, attrs, *, arity=(1, 1), saves_inputs=(), doc=""):
@@ -23,8 +25,7 @@ def _shape_op(name, infer, impl, grad, attrs, *, arity=(1, 1), saves_inputs=(), 
 
 def _reshape_infer(types, *, shape):
     t = types[0]
-    n = int(np.prod(shape, dtype=np.int64))
-    if any(s < 0 for s in shape) or n != t.numel:
+    if any(s < 0 for s in shape) or math.prod(checked_shape("reshape", shape)) != t.numel:
         raise ShapeError(f"reshape: shape {fmt_shape(shape)} is invalid for input of size "
                          f"{t.numel} (shape {fmt_shape(t.shape)})")
     return TensorType(tuple(shape), t.dtype)
@@ -61,7 +62,7 @@ def _expand_infer(types, *, shape):
     if not ok:
         raise ShapeError(f"expand: the shape {fmt_shape(t.shape)} cannot be expanded to "
                          f"{fmt_shape(shape)} (a dimension must match or be 1)")
-    return TensorType(tuple(shape), t.dtype)
+    return TensorType(checked_shape("expand", shape), t.dtype)
 
 
 _shape_op("expand", _expand_infer, lambda x, *, shape: np.broadcast_to(x, shape),
@@ -145,7 +146,7 @@ def _cat_infer(types, *, dim):
                              f"match tensor 0 of shape {fmt_shape(first.shape)} outside dim {d}")
     shape = list(first.shape)
     shape[d] = sum(t.shape[d] for t in types)
-    return TensorType(tuple(shape), promoted(types))
+    return TensorType(checked_shape("cat", shape), promoted(types))
 
 
 def _cat(*xs, dim):
@@ -196,7 +197,7 @@ def _pad_infer(types, *, pads, mode, value):
             raise ShapeError(f"pad: circular padding ({lo}, {hi}) is larger than the size "
                              f"{t.shape[d]} of dimension {d}")
         shape[d] += lo + hi
-    return TensorType(tuple(shape), t.dtype)
+    return TensorType(checked_shape("pad", shape), t.dtype)
 
 
 _NP_PAD_MODE = {"constant": "constant", "reflect": "reflect", "replicate": "edge",

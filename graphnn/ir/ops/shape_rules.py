@@ -1,24 +1,39 @@
 """Shared pieces of shape/dtype rules: broadcasting, axis normalisation, promotion."""
 from __future__ import annotations
 
-import numpy as np
-
 from ..dtypes import DEFAULT_FLOAT, DType, promote_types
 from ..errors import IndexError_, ShapeError
-from ..types import TensorType
+from ..types import TensorType, shape_problem
 
 
 def fmt_shape(shape) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
 
 
+def checked_shape(op: str, shape) -> tuple:
+    """``shape`` as a tuple when a tensor can have it (``types.shape_problem``), else ShapeError
+    naming the op: for shapes computed from attributes or by broadcasting."""
+    shape = tuple(shape)
+    problem = shape_problem(shape)
+    if problem is not None:
+        raise ShapeError(f"{op}: {problem}")
+    return shape
+
+
 def broadcast_shapes(op: str, shapes) -> tuple:
-    """NumPy/PyTorch broadcasting of ``shapes``; ShapeError naming op and shapes if impossible."""
-    try:
-        return tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
-    except ValueError:
-        raise ShapeError(f"{op}: shapes {', '.join(fmt_shape(s) for s in shapes)} are not "
-                         f"broadcastable") from None
+    """NumPy/PyTorch broadcasting of ``shapes``, in exact arithmetic; ShapeError naming op and
+    shapes when they do not broadcast or the result is too large (``checked_shape``)."""
+    shapes = [tuple(s) for s in shapes]
+    ndim = max(map(len, shapes), default=0)
+    out = [1] * ndim
+    for shape in shapes:
+        for i, size in enumerate(shape, ndim - len(shape)):
+            if size != 1 and out[i] not in (1, size):
+                raise ShapeError(f"{op}: shapes {', '.join(fmt_shape(s) for s in shapes)} are "
+                                 f"not broadcastable")
+            if size != 1:
+                out[i] = size
+    return checked_shape(op, out)
 
 
 def promoted(types) -> DType:
