@@ -108,9 +108,68 @@ def test_parse_errors_name_the_problem_and_position(text, fragment):
     assert fragment in str(info.value)
 
 
+def test_graph_names_that_are_not_words_are_quoted_and_parse_back():
+    g = Graph('<lambda> "1"\n')
+    g.outputs = g.add_input("x", ir_samples.f32(2))
+    text = str(g)
+    assert text.startswith('graph "<lambda> \\"1\\"\\n"(')
+    assert parse(text) == g and parse(text).name == g.name
+
+
 def test_parse_error_is_a_value_error():
     with pytest.raises(ValueError):
         parse("graph")
+
+
+# Found by test_ir_text_fuzz.py: each of these raised JSONDecodeError, RecursionError,
+# OverflowError, ValueError, TypeError or GraphnnError inside the parser (which turned them into
+# a ParseError without a position), or was accepted. Each is now a ParseError at its position.
+_DEEP = 5000
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ('graph g(%"\\q": f32[2]) { return %"\\q" }', "invalid string literal: Invalid \\escape"),
+    ('graph g(%x: f32[2]) { %0: f32[2] = relu(%x)  @"\\q" return %0 }', "invalid string literal"),
+    ('graph g(%x: f32[2]) { %0: f32[2] = relu(%x) at "a\nb" return %0 }',
+     "invalid string literal: Invalid control character"),
+    ('graph g(%x: f32[2]) { return {"\\ud80": %x} }', "invalid string literal"),
+    ("graph g(%x: f32[2]) { %0: f32[], %0: i64[] = max(%x) {dim=0} return %0 }",
+     "value %0 is defined twice"),
+    ("graph g(%x: f32[2]) { %0: f32[2] = relu(%x) {a=" + "[" * _DEEP + "} return %0 }",
+     "brackets nest more than 100 deep"),
+    ("graph g(%x: f32[2]) { return " + "(" * _DEEP + "%x }", "brackets nest more than 100 deep"),
+    ("graph g(%x: f32[" + "9" * _DEEP + "]) { return %x }",
+     f"an integer literal of {_DEEP} digits is too long"),
+    ("graph g(%x: f32[2]) { %0: f32[2] = clamp(%x) {min=" + "9" * _DEEP + "} return %0 }",
+     f"an integer literal of {_DEEP} digits is too long"),
+    ("graph g() { const %k: i32[] = 4294967296 return %k }",
+     "i32[]: expected integers in [-2147483648, 2147483647], got 4294967296"),
+    ("graph g() { const %k: u8[2] = [0, -1] return %k }", "expected integers in [0, 255], got -1"),
+    ("graph g() { const %k: i64[] = nan return %k }", "got nan"),
+    ("graph g() { const %k: i64[] = 1.5 return %k }", "got 1.5"),
+    ("graph g() { const %k: b8[] = 7 return %k }", "expected true or false, got 7"),
+    ("graph g() { const %k: f32[] = f32 return %k }", "expected a number, got graphnn.float32"),
+    ("graph g() { const %k: f64[] = 1" + "0" * 400 + " return %k }", "is beyond float64"),
+    ('graph g(%x: f32[2]) { %0: f32[2] = cast(%x) {dtype=["i8", -1]} return %0 }',
+     "attribute 'dtype' expects a dtype, got ('i8', -1)"),
+    ("graph g(%x: f32[2]) { %0: f64[2] = cast(%x) {dtype=none} return %0 }",
+     "attribute 'dtype' expects a dtype, got None"),
+    ("graph g(%x: f32[2,2]) { %0: f32[2,2] = scaled_dot_product_attention(%x, %x, %x) "
+     "{scale=1" + "0" * 400 + "} return %0 }",
+     "attribute 'scale' expects a number within float64's range"),
+    ("graph g(%x: f32[9223372036854775808]) { return %x }",
+     "invalid type: dimension 0 of shape [9223372036854775808] is larger than "
+     "9223372036854775807 (the int64 limit)"),
+    ("graph g(%x: f32[4294967296,4294967296]) { return %x }",
+     "invalid type: shape [4294967296, 4294967296] has 18446744073709551616 elements, more "
+     "than 9223372036854775807 (the int64 limit)"),
+    ("graph g(%x: f32[" + ",".join(["1"] * 65) + "]) { return %x }",
+     "invalid type: a shape has at most 64 dimensions, got 65"),
+], ids=lambda v: v[:48])
+def test_hostile_text_is_a_parse_error_at_its_position(text, fragment):
+    with pytest.raises(ParseError, match=r"^line 1, column \d+: ") as info:
+        parse(text)
+    assert fragment in str(info.value)
 
 
 # ---- random graphs --------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """``parse(text) -> Graph``: reads the text form that ``str(graph)`` prints.
 
-Any malformed text raises ``ParseError`` (and only ParseError) with the line and column.
-Attributes are checked against the op's schema while parsing; types are taken as written (the
-verifier compares them with the ops' shape rules).
+Any malformed text raises ``ParseError`` (and only ParseError) with the line and column. Each
+check is explicit: no other exception is turned into a ParseError after the fact, so a parser
+bug shows as itself. Attributes are checked against the op's schema while parsing; types are
+checked to be types a tensor can have (``types.shape_problem``) and otherwise taken as written
+(the verifier compares them with the ops' shape rules); brackets nest at most MAX_NESTING deep.
 """
 from __future__ import annotations
 
@@ -16,7 +18,11 @@ from .errors import GraphnnError
 from .graph import Graph
 from .printer import ROOT_SCOPE
 from .registry import get_op
-from .types import TensorType
+from .types import TensorType, shape_problem
+
+MAX_NESTING = 100
+"""How deep attribute lists and output structures may nest (well within Python's recursion
+limit, far beyond what a traced program produces)."""
 
 
 class ParseError(GraphnnError, ValueError):
@@ -77,7 +83,33 @@ class _Parser:
     def name(self, kind: str) -> str:
         """A value name (``%x``, ``%"a b"``) or scope (``@fc``) without its sigil."""
         text = self.take(kind)[1:]
-        return json.loads(text) if text.startswith('"') else text
+        return self.decoded(text) if text.startswith('"') else text
+
+    def string(self) -> str:
+        """A JSON string literal, decoded."""
+        return self.decoded(self.take("string"))
+
+    def decoded(self, quoted: str) -> str:
+        """``quoted``, a JSON string literal in the token just taken, decoded."""
+        try:
+            return json.loads(quoted)
+        except ValueError as e:
+            self.i -= 1
+            self.fail(f"invalid string literal: {e.msg}")
+
+    def int_value(self, text: str) -> int:
+        """The integer that ``text``, the digits of the token just taken, spell."""
+        try:
+            return int(text)
+        except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+            self.i -= 1
+            self.fail(f"an integer literal of {len(text.lstrip('-'))} digits is too long")
+
+    def graph_name(self) -> str:
+        """A graph's name: a word (``Net``) or a JSON string (``"<lambda>"``)."""
+        if self.peek()[0] == "string":
+            return self.string()
+        return self.take("word")
 
     def accept(self, text):
         if self.peek()[1] == text and self.peek()[0] in ("punct", "word"):
@@ -88,7 +120,7 @@ class _Parser:
     # ---- grammar ------------------------------------------------------------------------------
     def graph(self) -> Graph:
         self.take("word", "graph")
-        g = Graph(self.take("word"))
+        g = Graph(self.graph_name())
         self.take("punct", "(")
         if not self.accept(")"):
             while True:
@@ -108,14 +140,16 @@ class _Parser:
     def define(self, value):
         self.values[value.name] = value
 
-    def typed_name(self):
+    def typed_name(self, taken=()):
+        """``%name: type``; ``taken`` lists names defined in the same declaration."""
         name = self.name("value")
-        if name in self.values:
+        if name in self.values or name in taken:
             self.fail(f"value %{name} is defined twice")
         self.take("punct", ":")
         return name, self.type()
 
     def type(self) -> TensorType:
+        start = self.i
         word = self.take("word")
         try:
             dtype = dtype_from_name(word)
@@ -130,6 +164,10 @@ class _Parser:
                 if self.accept("]"):
                     break
                 self.take("punct", ",")
+        problem = shape_problem(shape)
+        if problem is not None:
+            self.i = start
+            self.fail(f"invalid type: {problem}")
         return TensorType(tuple(shape), dtype)
 
     def integer(self) -> int:
@@ -137,7 +175,7 @@ class _Parser:
         if not re.fullmatch(r"\d+", text):
             self.i -= 1
             self.fail("expected a non-negative integer")
-        return int(text)
+        return self.int_value(text)
 
     def declaration(self, g: Graph):
         kind, text = self.peek()[:2]
@@ -156,21 +194,25 @@ class _Parser:
             self.fail("expected a declaration, a node or 'return'")
 
     def const_data(self, t: TensorType) -> np.ndarray:
+        start = self.i
         if self.peek()[1] == "[":
             items = self.literal_list()
         else:
             items = [self.literal()]
-        if any(isinstance(v, (list, tuple, str)) or v is None for v in items):
-            self.fail("constants hold numbers or booleans only")
         if len(items) != t.numel or (t.ndim == 0 and self.tokens[self.i - 1][1] == "]"):
             self.fail(f"constant of type {t} needs {t.numel} values, got {len(items)}")
+        for item in items:
+            problem = _element_problem(item, t.dtype)
+            if problem is not None:
+                self.i = start
+                self.fail(f"constant of type {t}: {problem}")
         with np.errstate(all="ignore"):
             return np.array(items, dtype=t.dtype.np).reshape(t.shape)
 
     def node(self, g: Graph):
         outs = [self.typed_name()]
         while self.accept(","):
-            outs.append(self.typed_name())
+            outs.append(self.typed_name(taken=[name for name, _ in outs]))
         self.take("punct", "=")
         op_name = self.take("word")
         try:
@@ -200,7 +242,7 @@ class _Parser:
             scope = self.name("scope")
             scope = "" if scope == ROOT_SCOPE else scope
         if self.accept("at"):
-            source = json.loads(self.take("string"))
+            source = self.string()
         fusion = None
         if self.accept("fuse"):
             self.take("punct", "=")
@@ -223,29 +265,34 @@ class _Parser:
                 return attrs
             self.take("punct", ",")
 
-    def attr_value(self):
+    def attr_value(self, depth=0):
         if self.peek()[1] == "[":
-            return tuple(self.literal_list())
+            return tuple(self.literal_list(depth))
         return self.literal()
 
-    def literal_list(self) -> list:
+    def literal_list(self, depth=0) -> list:
+        self.check_depth(depth)
         self.take("punct", "[")
         items = []
         if self.accept("]"):
             return items
         while True:
-            items.append(self.attr_value())
+            items.append(self.attr_value(depth + 1))
             if self.accept("]"):
                 return items
             self.take("punct", ",")
+
+    def check_depth(self, depth):
+        if depth >= MAX_NESTING:
+            self.fail(f"brackets nest more than {MAX_NESTING} deep")
 
     def literal(self):
         kind, text = self.peek()[:2]
         self.i += 1
         if kind == "number":
-            return int(text) if re.fullmatch(r"-?\d+", text) else float(text)
+            return self.int_value(text) if re.fullmatch(r"-?\d+", text) else float(text)
         if kind == "string":
-            return json.loads(text)
+            return self.decoded(text)
         if kind == "word":
             if text in ("true", "false"):
                 return text == "true"
@@ -258,7 +305,8 @@ class _Parser:
         self.i -= 1
         self.fail("expected a literal")
 
-    def structure(self):
+    def structure(self, depth=0):
+        self.check_depth(depth)
         kind, text = self.peek()[:2]
         if kind == "value":
             name = self.name("value")
@@ -271,7 +319,7 @@ class _Parser:
         if self.accept("("):
             items = []
             while not self.accept(")"):
-                items.append(self.structure())
+                items.append(self.structure(depth + 1))
                 if not self.accept(","):
                     self.take("punct", ")")
                     break
@@ -279,9 +327,9 @@ class _Parser:
         if self.accept("{"):
             items = {}
             while not self.accept("}"):
-                key = json.loads(self.take("string"))
+                key = self.string()
                 self.take("punct", ":")
-                items[key] = self.structure()
+                items[key] = self.structure(depth + 1)
                 if not self.accept(","):
                     self.take("punct", "}")
                     break
@@ -289,15 +337,31 @@ class _Parser:
         self.fail("expected a value, a tuple (...) or a dict {...}")
 
 
+_FLOAT64_MAX = int(np.finfo(np.float64).max)
+
+
+def _element_problem(item, dtype) -> str | None:
+    """Why ``item`` (a parsed literal) cannot be an element of a ``dtype`` constant, or None.
+
+    Bool constants hold true/false, integer constants integers within the dtype's range, float
+    constants numbers within float64's range (a float dtype rounds them, to inf when too big).
+    """
+    if dtype.category == 0:
+        return None if isinstance(item, bool) else f"expected true or false, got {item!r}"
+    if isinstance(item, bool) or not isinstance(item, (int, float)):
+        return f"expected a number, got {item!r}"
+    if dtype.category == 1:
+        info = np.iinfo(dtype.np)
+        if not isinstance(item, int) or not info.min <= item <= info.max:
+            return f"expected integers in [{info.min}, {info.max}], got {item!r}"
+        return None
+    if isinstance(item, int) and abs(item) > _FLOAT64_MAX:
+        return f"the integer {item} is beyond float64"
+    return None
+
+
 def parse(text: str) -> Graph:
     """The Graph that ``text`` describes; ParseError for anything else."""
     if not isinstance(text, str):
         raise ParseError(f"parse expects a string, got {type(text).__name__}")
-    try:
-        return _Parser(text).graph()
-    except ParseError:
-        raise
-    except RecursionError:
-        raise ParseError("the text nests too deeply") from None
-    except (GraphnnError, ValueError, TypeError, OverflowError) as e:
-        raise ParseError(f"invalid graph text: {e}") from None
+    return _Parser(text).graph()

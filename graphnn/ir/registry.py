@@ -77,7 +77,10 @@ def _check_attr(op: str, name: str, spec: Attr, value):
     elif kind == "float":
         if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
             fail("a number")
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:
+            fail("a number within float64's range")
     elif kind == "bool":
         if not isinstance(value, (bool, np.bool_)):
             fail("a bool")
@@ -92,6 +95,8 @@ def _check_attr(op: str, name: str, spec: Attr, value):
             fail("a tuple of ints")
         value = tuple(int(v) for v in value)
     elif kind == "dtype":
+        if not isinstance(value, (DType, str, np.dtype, type)):  # as_dtype reads None as f64
+            fail("a dtype")
         try:
             value = as_dtype(value)
         except TypeError:
