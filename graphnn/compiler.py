@@ -409,14 +409,15 @@ class CompiledFunction(DynamicBatch):
 
 def _differentiated(sig, graph, tensors):
     """(whether the call's result needs a backward, the parameters and the (input name,
-    position) pairs to differentiate): those requiring grad that a floating output depends on,
-    so an unused parameter's ``.grad`` stays None; a result with no floating output, or with
+    position) pairs to differentiate): those requiring grad that a floating output depends on
+    through floating values, so an unused parameter's ``.grad`` stays None, as does one read
+    only by a comparison; a result with no floating output, or with
     none depending on them, is compiled for inference, as eager gives it no ``grad_fn``."""
     state = dict(sig.state)
     flat = flatten_structure(graph.outputs[0])  # the result, without state updates
     reached = {v.name for v in flat if v is not None and v.type.dtype.is_floating_point}
-    for node in reversed(graph.nodes):
-        if any(v.name in reached for v in node.outputs):
+    for node in reversed(graph.nodes):  # gradients flow through floating values only
+        if any(v.name in reached and v.type.dtype.is_floating_point for v in node.outputs):
             reached |= {v.name for v in node.inputs}
     wrt_params = [v.name for v in graph.params if v.kind == "param" and v.name in reached
                   and state.get(v.name) and state[v.name].requires_grad]

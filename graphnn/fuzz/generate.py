@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 
-from . import ops_attention, ops_elementwise, ops_nn, ops_shape  # noqa: F401 (register)
 from .families import FAMILIES
 from .program import BATCH, InputSpec, LayerSpec, Program, Statement, ValueType
 
