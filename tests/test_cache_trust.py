@@ -226,3 +226,19 @@ def test_kernel_that_raises_when_run_runs_once_and_its_error_reaches_the_caller(
     assert runs.read_text() == "ran\n"
     assert caught.traceback[-1].path == entry  # raised in the entry's file, as imported
     assert entry.exists() and cache.stats.disk_corrupt == 0  # not a cache problem
+
+
+def test_a_dynamic_kernel_for_a_new_batch_size_is_imported_from_a_private_file():
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU())
+    model.compile(dynamic=True)
+    with graphnn.no_grad():
+        for batch in (3, 6):
+            x = graphnn.randn(batch, 4)
+            np.testing.assert_allclose(model(x).numpy(),
+                                       np.maximum(x.numpy() @ model[0].weight.detach().numpy().T
+                                                  + model[0].bias.detach().numpy(), 0), rtol=1e-5)
+    artifact = model.forward._entries[model.forward._last].inner.artifact
+    for kernel in artifact._kernels.values():
+        path = pathlib.Path(kernel.__code__.co_filename)
+        assert path.is_file() and stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700

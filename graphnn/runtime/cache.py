@@ -275,6 +275,15 @@ def get_source(graph, backend, plan=None, options: str = "", kernel_id=None) -> 
     return source
 
 
+def kernel_from_source(source: str, backend_version: str):
+    """Load generated ``source`` (a dynamic kernel written out for one batch size, cheap to
+    make again) the way every kernel is loaded: from a file by import, never from a string.
+    The file goes to this process's private directory, so the disk cache keeps one entry per
+    compiled kernel, not one per batch size."""
+    key = cache_key(source, backend_version, "source")
+    return import_kernel(write_entry(_private_fallback_dir(), key, source))
+
+
 def clear_memory() -> None:
     """Forget the kernels and sources held in memory and the warnings given, as a new process
     would start."""

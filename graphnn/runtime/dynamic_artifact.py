@@ -132,7 +132,8 @@ class DynamicArtifact:
             if kernel is not None:
                 self._kernels.move_to_end(size)
                 return kernel
-        kernel = self._backend.load(self.template.instantiate(size))
+        kernel = cache.kernel_from_source(self.template.instantiate(size),
+                                          self._backend.BACKEND_VERSION)
         with self._lock:
             self._kernels[size] = kernel
             while len(self._kernels) > KEPT_SIZES:
