@@ -360,7 +360,13 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
         return apply1("cast", self, dtype=self.dtype)
 
     def contiguous(self) -> "Tensor":
-        return self
+        """``self`` when its memory is C-contiguous (or it is symbolic: the IR has no layout),
+        else a differentiable C-ordered copy, as PyTorch's (``view`` needs one)."""
+        if self._symbol is not None or self.is_contiguous():
+            return self
+        out = self.clone()
+        out._data = np.asarray(out._data, order="C")  # a fresh copy nothing else refers to
+        return out
 
     def is_contiguous(self) -> bool:
         return bool(self._data.flags.c_contiguous)

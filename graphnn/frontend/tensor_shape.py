@@ -12,6 +12,15 @@ from ..ir.ops.shape_rules import fmt_shape, normalize_dim
 from .dispatch import apply1
 
 
+def _viewable(array: np.ndarray, shape) -> bool:
+    """Whether ``array`` can take ``shape`` without a copy (its strides allow it)."""
+    try:
+        np.reshape(array, shape, copy=False)
+    except ValueError:
+        return False
+    return True
+
+
 def _sizes(args) -> tuple:
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         args = tuple(args[0])
@@ -50,9 +59,16 @@ class TensorShapeMixin:
         return apply1("reshape", self, shape=infer_shape("reshape", _sizes(shape), self.numel()))
 
     def view(self, *shape):
+        """PyTorch's ``view``: a reshape that shares memory, refused (as PyTorch refuses it)
+        when the tensor's strides do not allow one, e.g. flattening a transposed tensor."""
         if len(shape) == 1 and not isinstance(shape[0], (tuple, list, int, np.integer)):
             return self.to(shape[0])
-        return apply1("reshape", self, shape=infer_shape("view", _sizes(shape), self.numel()))
+        new_shape = infer_shape("view", _sizes(shape), self.numel())
+        if self._symbol is None and not _viewable(self._data, new_shape):
+            raise ShapeError("view size is not compatible with input tensor's size and stride "
+                             "(at least one dimension spans across two contiguous subspaces). "
+                             "Use .reshape(...) instead.")
+        return apply1("reshape", self, shape=new_shape)
 
     def view_as(self, other):
         return self.reshape(tuple(other.shape))
