@@ -14,19 +14,27 @@ def ops_of(graph) -> set:
     return {node.op for node in graph.nodes}
 
 
+def traced_graph(program: Program):
+    """``graphnn.trace`` of the program at its batch size, its warnings silenced; raises what
+    building or tracing it raises."""
+    lib = library("graphnn")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        obj = build(program, lib.T, lib.F)
+        if program.kind == "module":
+            obj.to(lib.dtype(program.dtype))
+        inputs = [lib.tensor(a) for a in input_arrays(program, program.batch)]
+        return lib.T.trace(obj, *inputs)
+
+
 def covered_ops(program: Program, grad: bool) -> set:
     """Op names in the program's graphs (empty when it cannot be traced)."""
     from graphnn import stages  # the compiler's stages: graphs as compile builds them
 
-    lib = library("graphnn")
     try:
+        graph = traced_graph(program)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            obj = build(program, lib.T, lib.F)
-            if program.kind == "module":
-                obj.to(lib.dtype(program.dtype))
-            inputs = [lib.tensor(a) for a in input_arrays(program, program.batch)]
-            graph = lib.T.trace(obj, *inputs)
             ops = ops_of(graph) | ops_of(stages.optimized(graph).graph)
             if grad and stages.differentiable_names(graph):
                 training = stages.training(graph)

@@ -12,38 +12,27 @@ import ast
 import json
 import pathlib
 import sys
-import warnings
 
 from .check import Failure, check
-from .libraries import library
+from .coverage import traced_graph
 from .program import Program
-from .render import build, render
-from .values import input_arrays
+from .render import render
 
 
 def traced_ir(program: Program) -> str:
     """``str(graphnn.trace(...))`` of the program at its batch size (or why it cannot be
     traced)."""
-    lib = library("graphnn")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            obj = build(program, lib.T, lib.F)
-            if program.kind == "module":
-                obj.to(lib.dtype(program.dtype))
-            inputs = [lib.tensor(a) for a in input_arrays(program, program.batch)]
-            return str(lib.T.trace(obj, *inputs)) + "\n"
+        return str(traced_graph(program)) + "\n"
     except Exception as error:  # noqa: BLE001
         return f"# tracing failed: {type(error).__name__}: {error}\n"
 
 
 def reproducer_text(program: Program, failure: Failure, backends) -> str:
-    detail = failure.detail.replace('"""', "'''")
-    return (f'"""graphnn fuzz reproducer: {failure.kind} in {failure.run} (mode {failure.mode}).\n\n'
-            f"{detail}\n\n"
-            f"Run it: python {{this file}} (exit status 1 while it fails); or\n"
-            f"graphnn fuzz --replay {{this file}}.\n"
-            f'"""\n'
+    return (f"# graphnn fuzz reproducer: {failure.kind} in {failure.run} (mode {failure.mode}):\n"
+            f"# {failure.detail!r}\n"
+            f"# Run it: python {{this file}} (exit status 1 while it fails); or\n"
+            f"# graphnn fuzz --replay {{this file}}.\n"
             f"PROGRAM = {program.to_json()!r}\n"
             f"FAILURE = {json.dumps(failure.__dict__)!r}\n"
             f"BACKENDS = {tuple(backends)!r}\n\n"
