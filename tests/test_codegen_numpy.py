@@ -3,6 +3,8 @@
 Covers every registry op (one-node graphs over the op table's samples), the IR samples, and
 the model zoo graphs traced, optimized (fused ops included) and split for training.
 """
+import re
+
 import numpy as np
 import pytest
 
@@ -641,5 +643,26 @@ def test_fused_elementwise_groups_keep_nan_and_inf(name):
     """The kernels of the fusion goldens (groups computed in place) equal the unfused
     interpreter on NaN and ±inf, NaN positions included."""
     graph = verify(parse(GOLDEN[name]["after"]))
+    inputs, params = _special_arrays(graph)
+    run_both(graph, inputs, params)
+
+
+def _empty_leading_dim(text: str) -> str:
+    """``text`` with its first input's leading size set to 0 wherever a type or a shape
+    attribute starts with that size."""
+    lead = re.search(r"\(%\w+: [a-z]+[0-9]+\[([0-9]+)", text).group(1)
+    text = re.sub(r"\b([fbi][0-9]+)\[" + lead + r"([,\]])", r"\g<1>[0\2", text)
+    return re.sub(r"(shape=\[)" + lead + r"([,\]])", r"\g<1>0\2", text)
+
+
+# the goldens whose leading dim is a batch (the others reduce it, or matmul it with a weight)
+EMPTY_BATCH_GOLDENS = ["aligned_leading", "gelu_erf", "layer_norm", "layer_norm_var",
+                       "residual", "softmax_op", "softmax_written"]
+
+
+@pytest.mark.parametrize("name", EMPTY_BATCH_GOLDENS)
+def test_fused_elementwise_groups_on_an_empty_batch(name):
+    graph = verify(parse(_empty_leading_dim(GOLDEN[name]["after"])))
+    assert graph.inputs[0].type.numel == 0
     inputs, params = _special_arrays(graph)
     run_both(graph, inputs, params)
