@@ -16,6 +16,7 @@ UNARY = {
     "cube": "{a}.pow(3)", "clamp": "T.clamp({a}, -0.5, 0.8)", "sign": "T.sign({a}) * {a}",
     "reciprocal": "1.0 / ({a}.abs() + 1.0)", "affine": "{a} * 0.5 + 0.25",
     "sub_scalar": "2.0 - {a}", "maximum_scalar": "T.maximum({a}, T.zeros_like({a}))",
+    "remainder": "{a} % 0.75",
 }
 BINARY = {
     "add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}",
@@ -28,9 +29,14 @@ COMPARE = {"gt": "{a} > {b}", "lt": "{a} < {b}", "ge": "{a} >= {b}", "le": "{a} 
            "eq": "{a} == {b}", "ne": "{a} != {b}"}
 LOGIC = {"and": "T.logical_and({a}, {b})", "or": "T.logical_or({a}, {b})",
          "xor": "T.logical_xor({a}, {b})", "not": "T.logical_not({a})", "amp": "{a} & {b}",
-         "bar": "{a} | {b}", "tilde": "~{a}"}
+         "bar": "{a} | {b}", "tilde": "~{a}", "caret": "{a} ^ {b}"}
+# integer ops; floor division and remainder also of negative numbers and by a negative divisor
+# (floor, not truncation, in both libraries) and by a tensor
 INT = {"affine": "{a} * 2 + 1", "mod": "{a} % 3", "floordiv": "{a} // 2", "neg": "-{a}",
-       "max": "T.maximum({a}, {a} * 0 + 1)"}
+       "max": "T.maximum({a}, {a} * 0 + 1)", "floordiv_negative": "({a} - 3) // 2",
+       "mod_negative": "({a} - 3) % 4", "mod_negative_divisor": "{a} % -3",
+       "floor_divide_tensor": "T.floor_divide({a} * 5 - 7, {a} % 3 + 1)",
+       "remainder_tensor": "T.remainder({a} * 5 - 7, {a} % 3 + 1)"}
 CAST = {"float64": "{a}.double()", "float32": "{a}.float()", "float16": "{a}.half()"}
 
 
@@ -93,7 +99,7 @@ class Binary(Family):
 @register
 class Compare(Family):
     """A float comparison giving a bool tensor (a mask later ops take)."""
-    name, weight = "compare", 1.0
+    name, weight = "compare", 1.3
 
     def propose(self, b):
         a = b.pick_float()
@@ -115,12 +121,14 @@ class Compare(Family):
 
 @register
 class Logic(Family):
-    name, weight = "logic", 0.5
+    """``logical_and/or/xor/not`` and ``& | ~`` (also ``^``) of bool masks; with no mask yet,
+    a new bool input."""
+    name, weight = "logic", 1.5
 
     def propose(self, b):
         a = b.pick(lambda t: t.dtype == "bool")
         if a is None:
-            return False
+            a = b.new_input(ValueType(b.shape(b.rng.randint(1, 3)), "bool"))
         t = b.types[a]
         op = b.rng.choice(sorted(LOGIC))
         if op in ("not", "tilde"):
@@ -173,7 +181,7 @@ class Select(Family):
 @register
 class IntArith(Family):
     """Integer arithmetic, and an int tensor promoting a float one."""
-    name, weight = "int_arith", 0.4
+    name, weight = "int_arith", 0.6
 
     def propose(self, b):
         a = b.pick(lambda t: t.dtype == "int64")

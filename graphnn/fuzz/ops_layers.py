@@ -19,7 +19,7 @@ def _out_size(size, kernel, stride, padding, dilation=1, ceil_mode=False):
     return out
 
 
-def _image(b, dtype=None):
+def image_value(b, dtype=None):
     """A rank-4 value (N, C, H, W) with int C, H, W, or a new input."""
     dtype = dtype or b.dtype
     name = b.pick(lambda t: t.dtype == dtype and len(t.shape) == 4
@@ -32,19 +32,57 @@ def _image(b, dtype=None):
 
 
 def _conv_options(b, c, h, w):
-    """Random (out_channels, kernel, stride, padding, dilation, groups, out_h, out_w)."""
+    """Random (out_channels, kernel, stride, padding, dilation, groups, out_h, out_w); the
+    padding is an int or ``"same"`` (stride 1 only, as in PyTorch)."""
     for _ in range(10):
         groups = b.rng.choice([g for g in (1, 2, 3) if c % g == 0])
         out_c = groups * b.rng.randint(1, 3)
         kernel = (b.rng.randint(1, 3), b.rng.randint(1, 3))
         stride = b.rng.choice([1, 1, 2])
-        padding = b.rng.choice([0, 0, 1])
+        padding = b.rng.choice([0, 0, 1, "same"] if stride == 1 else [0, 0, 1])
         dilation = b.rng.choice([1, 1, 2])
+        if padding == "same":
+            return out_c, kernel, stride, padding, dilation, groups, h, w
         oh = _out_size(h, kernel[0], stride, padding, dilation)
         ow = _out_size(w, kernel[1], stride, padding, dilation)
         if oh >= 1 and ow >= 1:
             return out_c, kernel, stride, padding, dilation, groups, oh, ow
     return None
+
+
+def conv_call(b, x, layer_chance=0.7, bias_chance=0.5):
+    """Operands and attrs of a random convolution of the image ``x``: ``([self.mK, x], {})``
+    for an ``nn.Conv2d`` built in a Module (some with a non-zero ``padding_mode``, which pads
+    by ``pad``) or ``([x, weight(, bias)], attrs)`` for ``F.conv2d``; and its result type.
+    None when no option fits ``x``."""
+    n, c, h, w = b.types[x].shape
+    options = _conv_options(b, c, h, w)
+    if options is None:
+        return None
+    out_c, kernel, stride, padding, dilation, groups, oh, ow = options
+    attrs = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+    out = ValueType((n, out_c, oh, ow), b.types[x].dtype)
+    if b.kind == "module" and b.rng.random() < layer_chance:
+        mode = "zeros"
+        if padding == 1 and min(h, w) >= 2 and b.rng.random() < 0.4:
+            mode = b.rng.choice(["reflect", "replicate", "circular"])
+        layer = b.new_layer("conv_layer", {**attrs, "in": c, "out": out_c, "kernel": kernel,
+                                           "bias": b.rng.random() < 0.7, "padding_mode": mode})
+        return [layer, x], {}, out
+    reads = [x, b.value_of((out_c, c // groups) + kernel, b.types[x].dtype)]
+    if b.rng.random() < bias_chance:
+        reads.append(b.value_of((out_c,), b.types[x].dtype))
+    return reads, attrs, out
+
+
+def conv_text(reads, attrs) -> str:
+    """The expression of a convolution drawn by ``conv_call``."""
+    if reads[0].startswith("self."):
+        return f"{reads[0]}({reads[1]})"
+    bias = reads[2] if len(reads) > 2 else "None"
+    return (f"F.conv2d({reads[0]}, {reads[1]}, {bias}, stride={attrs['stride']}, "
+            f"padding={attrs['padding']!r}, dilation={attrs['dilation']}, "
+            f"groups={attrs['groups']})")
 
 
 @register
@@ -53,34 +91,15 @@ class Conv(Family):
     name, weight = "conv", 1.2
 
     def propose(self, b):
-        x = _image(b)
-        n, c, h, w = b.types[x].shape
-        options = _conv_options(b, c, h, w)
-        if options is None:
+        drawn = conv_call(b, image_value(b))
+        if drawn is None:
             return False
-        out_c, kernel, stride, padding, dilation, groups, oh, ow = options
-        attrs = {"stride": stride, "padding": padding, "dilation": dilation,
-                 "groups": groups}
-        out = ValueType((n, out_c, oh, ow), b.dtype)
-        if b.kind == "module" and b.rng.random() < 0.7:
-            layer = b.new_layer("conv_layer", {**attrs, "in": c, "out": out_c,
-                                               "kernel": kernel, "bias": b.rng.random() < 0.7})
-            b.emit(self.name, [layer, x], {}, [out])
-            return True
-        reads = [x, b.value_of((out_c, c // groups) + kernel, b.dtype)]
-        if b.rng.random() < 0.5:
-            reads.append(b.value_of((out_c,), b.dtype))
+        reads, attrs, out = drawn
         b.emit(self.name, reads, attrs, [out])
         return True
 
     def render(self, stmt):
-        if stmt.reads[0].startswith("self."):
-            return [f"{lhs(stmt)} = {stmt.reads[0]}({stmt.reads[1]})"]
-        s = stmt.attrs
-        bias = stmt.reads[2] if len(stmt.reads) > 2 else "None"
-        return [f"{lhs(stmt)} = F.conv2d({stmt.reads[0]}, {stmt.reads[1]}, {bias}, "
-                f"stride={s['stride']}, padding={s['padding']}, dilation={s['dilation']}, "
-                f"groups={s['groups']})"]
+        return [f"{lhs(stmt)} = {conv_text(stmt.reads, stmt.attrs)}"]
 
 
 @register
@@ -90,8 +109,8 @@ class ConvLayer(Family):
     def render_layer(self, layer):
         a = layer.attrs
         return (f"T.nn.Conv2d({a['in']}, {a['out']}, {tuple(a['kernel'])}, stride={a['stride']}, "
-                f"padding={a['padding']}, dilation={a['dilation']}, groups={a['groups']}, "
-                f"bias={a['bias']})")
+                f"padding={a['padding']!r}, dilation={a['dilation']}, groups={a['groups']}, "
+                f"bias={a['bias']}, padding_mode={a.get('padding_mode', 'zeros')!r})")
 
 
 @register
@@ -101,7 +120,7 @@ class Pool(Family):
     name, weight = "pool", 1.0
 
     def propose(self, b):
-        x = _image(b)
+        x = image_value(b)
         n, c, h, w = b.types[x].shape
         form = b.rng.choice(["max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"])
         if form == "adaptive_avg_pool2d":
@@ -159,7 +178,7 @@ class Layer(Family):
                                                            b.dtype)])
             return True
         if kind == "BatchNorm2d":
-            x = _image(b)
+            x = image_value(b)
             n, c, h, w = b.types[x].shape
             if n != BATCH and n * h * w < 2:
                 return False

@@ -1,5 +1,5 @@
-"""Reductions, matmul and batched matmul, softmax/log_softmax, normalizations, losses and
-dropout (functional forms; the layer families are in ``ops_layers``)."""
+"""Reductions, matmul and batched matmul, softmax/log_softmax, normalizations and losses
+(functional forms; the layer families are in ``ops_layers``)."""
 from __future__ import annotations
 
 from . import ops_layers  # noqa: F401 (register)
@@ -17,8 +17,9 @@ def _reduced(shape, dims, keepdim):
 class Reduce(Family):
     """``sum``/``mean``/``amax``/``amin``/``logsumexp``/``var``/``std``/``norm`` over dims,
     ``max``/``min`` with indices, ``argmax``/``argmin``, and bool ``any``/``all``."""
-    name, weight = "reduce", 2.0
+    name, weight = "reduce", 3.5
     MULTI = ("sum", "mean", "amax", "amin", "logsumexp", "var", "std")
+    WITH_INDICES = ("max", "min", "argmax", "argmin")  # drawn twice as often as the others
 
     def propose(self, b):
         a = b.pick(lambda t: len(t.shape) >= 1 and t.dtype != "int64")
@@ -32,7 +33,7 @@ class Reduce(Family):
             b.emit(self.name, [a], {"op": op, "dims": dims, "keepdim": keepdim},
                    [ValueType(_reduced(t.shape, dims, keepdim), "bool")])
             return True
-        op = b.rng.choice(self.MULTI + ("max", "min", "argmax", "norm", "total"))
+        op = b.rng.choice(self.MULTI + self.WITH_INDICES * 2 + ("norm", "total"))
         if op == "total":
             b.emit(self.name, [a], {"op": "sum", "dims": None, "keepdim": False},
                    [ValueType((), t.dtype)])
@@ -44,7 +45,7 @@ class Reduce(Family):
         attrs = {"op": op, "dims": spelled, "keepdim": keepdim}
         if op in ("max", "min"):
             b.emit(self.name, [a], attrs, [ValueType(out, t.dtype), ValueType(out, "int64")])
-        elif op == "argmax":
+        elif op in ("argmax", "argmin"):
             b.emit(self.name, [a], attrs, [ValueType(out, "int64")])
         else:
             b.emit(self.name, [a], attrs, [ValueType(out, t.dtype)])
@@ -231,23 +232,3 @@ class Loss(Family):
         if s["form"] == "soft_targets":
             return [f"{lhs(stmt)} = F.cross_entropy({r[0]}, F.softmax({r[1]}, dim=1){extra})"]
         return [f"{lhs(stmt)} = F.mse_loss({r[0]}, {r[1]}{extra})"]
-
-
-@register
-class Dropout(Family):
-    """``F.dropout`` (random: compared exactly between graphnn's eager and compiled runs, which
-    draw the same numbers after ``manual_seed``; PyTorch is compared by shape only)."""
-    name, weight = "dropout", 0.5
-
-    def propose(self, b):
-        a = b.pick_float()
-        if a is None:
-            return False
-        p = b.rng.choice([0.0, 0.25, 0.5])
-        b.random = b.random or p > 0
-        b.emit(self.name, [a], {"p": p}, [b.types[a]])
-        return True
-
-    def render(self, stmt):
-        return [f"{lhs(stmt)} = F.dropout({stmt.reads[0]}, p={stmt.attrs['p']!r}, "
-                f"training=True)"]
