@@ -126,6 +126,8 @@ class Positions(Family):
             p = TRANSFORMS[s["transform"]].format(p=f"T.arange({size})")
         if k != rank - 1:
             p = f"({p}).reshape({', '.join(['-1'] + ['1'] * (rank - 1 - k))})"
+        elif s["transform"] != "plain":  # x * (p // 2), not (x * p) // 2
+            p = f"({p})"
         return f"{lhs(stmt)} = {x} {s['op']} {p}"
 
     @staticmethod
