@@ -112,6 +112,18 @@ def test_programs_cover_every_family():
     assert proposing <= used
 
 
+def test_a_200_program_run_covers_every_registry_op():
+    """The generator reaches every op of the registry (the traced, optimized and training
+    graphs of the programs a 200-program campaign from the CI seed checks)."""
+    from graphnn.fuzz.check import modes_for
+    from graphnn.fuzz.coverage import all_registry_ops, covered_ops
+    covered = set()
+    for seed in program_seeds(CI_SEED, 200):
+        program = generate_program(seed)
+        covered |= covered_ops(program, "grad" in modes_for(program, "all"))
+    assert set(all_registry_ops()) - covered == set()
+
+
 def test_cli_fuzz_runs():
     done = subprocess.run([sys.executable, "-m", "graphnn", "fuzz", "--count", "3", "--seed",
                            "1"], capture_output=True, text=True, timeout=300)
