@@ -40,3 +40,15 @@ def test_contiguous_copy_is_differentiable():
     assert y.is_contiguous() and not x.t().is_contiguous()
     (y.view(-1) * graphnn.arange(12.0)).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), np.arange(12.0).reshape(4, 3).T)
+
+
+def test_is_contiguous_follows_pytorch_not_numpy_layouts():
+    """Results of ops are contiguous as in PyTorch, whatever layout NumPy gave them (a
+    matmul's may be transposed); views follow their parent's strides."""
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+    forms = [lambda t: t, lambda t: t.t(), lambda t: t[:, 1:3], lambda t: t[1:],
+             lambda t: t.t().contiguous(), lambda t: t.unsqueeze(0).expand(2, 3, 4),
+             lambda t: t @ t.t(), lambda t: t.t() @ t, lambda t: (t.t() @ t).view(-1)]
+    for form in forms:
+        assert form(graphnn.from_numpy(data)).is_contiguous() == \
+            form(torch.from_numpy(data)).is_contiguous()

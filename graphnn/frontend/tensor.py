@@ -360,8 +360,8 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
         return apply1("cast", self, dtype=self.dtype)
 
     def contiguous(self) -> "Tensor":
-        """``self`` when its memory is C-contiguous (or it is symbolic: the IR has no layout),
-        else a differentiable C-ordered copy, as PyTorch's (``view`` needs one)."""
+        """``self`` when it is contiguous (or symbolic: the IR has no layout), else a
+        differentiable C-ordered copy, as PyTorch's (``view`` needs one)."""
         if self._symbol is not None or self.is_contiguous():
             return self
         out = self.clone()
@@ -369,7 +369,9 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
         return out
 
     def is_contiguous(self) -> bool:
-        return bool(self._data.flags.c_contiguous)
+        """Whether PyTorch would lay ``self`` out C-contiguously (``trace_state.pytorch_layout``:
+        results of ops are, views follow their parent's strides)."""
+        return bool(trace_state.pytorch_layout(self).flags.c_contiguous)
 
     # ---- indexing -------------------------------------------------------------------------------
 

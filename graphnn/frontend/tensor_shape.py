@@ -9,16 +9,8 @@ import numpy as np
 
 from ..ir.errors import DTypeError, IndexError_, ShapeError
 from ..ir.ops.shape_rules import fmt_shape, normalize_dim
+from . import trace_state
 from .dispatch import apply1
-
-
-def _viewable(array: np.ndarray, shape) -> bool:
-    """Whether ``array`` can take ``shape`` without a copy (its strides allow it)."""
-    try:
-        np.reshape(array, shape, copy=False)
-    except ValueError:
-        return False
-    return True
 
 
 def _sizes(args) -> tuple:
@@ -64,7 +56,8 @@ class TensorShapeMixin:
         if len(shape) == 1 and not isinstance(shape[0], (tuple, list, int, np.integer)):
             return self.to(shape[0])
         new_shape = infer_shape("view", _sizes(shape), self.numel())
-        if self._symbol is None and not _viewable(self._data, new_shape):
+        if self._symbol is None and trace_state.apply_view(
+                "reshape", trace_state.pytorch_layout(self), {"shape": new_shape}) is None:
             raise ShapeError("view size is not compatible with input tensor's size and stride "
                              "(at least one dimension spans across two contiguous subspaces). "
                              "Use .reshape(...) instead.")

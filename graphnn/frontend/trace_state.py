@@ -241,8 +241,23 @@ def layout(t) -> np.ndarray:
         recorded = getattr(t, "_layout", None)
         if recorded is not None:
             return recorded
-        strides = tuple(int(np.prod(t.shape[i + 1:], dtype=np.int64)) for i in range(t.ndim))
+        return _contiguous_layout(tuple(t.shape))
     return np.lib.stride_tricks.as_strided(_ANCHOR, tuple(t.shape), strides)
+
+
+def _contiguous_layout(shape) -> np.ndarray:
+    strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape)))
+    return np.lib.stride_tricks.as_strided(_ANCHOR, tuple(shape), strides)
+
+
+def pytorch_layout(t) -> np.ndarray:
+    """A zero-footprint array with the layout PyTorch gives ``t``: a view's is made from its
+    parent's by the view op, any other tensor is C-contiguous (PyTorch's results are, where
+    NumPy's may be transposed). ``view`` refuses what this layout refuses, as PyTorch does."""
+    if t._view is None:
+        return _contiguous_layout(tuple(t.shape))
+    made = apply_view(t._view.op, pytorch_layout(t._view.parent), t._view.attrs)
+    return _contiguous_layout(tuple(t.shape)) if made is None else made
 
 
 def view_layout(name: str, source, attrs: dict):
@@ -251,7 +266,12 @@ def view_layout(name: str, source, attrs: dict):
     NumPy's own view rules run on the layout arrays, so a reshape of a permuted tensor is a
     copy here exactly when it is one eagerly (outputs of other ops are taken as C-contiguous).
     """
-    src = layout(source)
+    return apply_view(name, layout(source), attrs)
+
+
+def apply_view(name: str, src: np.ndarray, attrs: dict):
+    """The layout view op ``name`` makes of the layout array ``src``, or None when it needs a
+    copy (a reshape the strides do not allow)."""
     if name == "slice":
         return src[tuple(slice(*b) for b in zip(attrs["starts"], attrs["stops"], attrs["steps"]))]
     if name == "permute":
