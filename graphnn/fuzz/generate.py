@@ -25,6 +25,7 @@ class ProgramBuilder:
         self.rng, self.kind, self.dtype = rng, kind, dtype
         self.inputs, self.layers, self.statements = [], [], []
         self.types = {}  # name -> ValueType of inputs and results, in definition order
+        self.strided = set()  # names of values that may not be contiguous (view() refuses some)
         self.random = False
 
     # ---- drawing ----------------------------------------------------------------------------
@@ -78,13 +79,18 @@ class ProgramBuilder:
         self.layers.append(LayerSpec(name, family, attrs))
         return f"self.{name}"
 
-    def emit(self, family: str, reads, attrs: dict, out_types) -> list:
-        """Append a statement defining one value per type in ``out_types``; their names."""
+    def emit(self, family: str, reads, attrs: dict, out_types, strided: bool = False) -> list:
+        """Append a statement defining one value per type in ``out_types``; their names.
+        ``strided``: its results are views that may not be contiguous; results of a statement
+        reading such a value may not be either (elementwise results keep their operands'
+        layout, as in PyTorch), which is a safe over-approximation."""
         base = f"v{len(self.statements)}"
         names = [base if k == 0 else f"{base}_{k}" for k in range(len(out_types))]
         self.statements.append(Statement(family, tuple(reads), dict(attrs),
                                          tuple(zip(names, out_types))))
         self.types.update(zip(names, out_types))
+        if strided or self.strided.intersection(reads):
+            self.strided.update(names)
         return names
 
     def build(self, seed: int, batch: int, dynamic: bool) -> Program:

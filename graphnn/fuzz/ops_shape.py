@@ -46,7 +46,8 @@ class Reshape(Family):
                 k = b.rng.randint(0, len(rest))
                 rest = rest[:k] + (BATCH,) + rest[k:]
             shape = rest
-            attrs = {"form": "view" if form == "view" else "reshape", "shape": shape}
+            view = form == "view" and a not in b.strided  # a view of a strided value may fail
+            attrs = {"form": "view" if view else "reshape", "shape": shape}
         b.emit(self.name, [a], attrs, [ValueType(tuple(shape), t.dtype)])
         return True
 
@@ -77,7 +78,7 @@ class Permute(Family):
             order[i], order[j] = order[j], order[i]
             dims = (i - rank if b.rng.random() < 0.3 else i, j)
         b.emit(self.name, [a], {"form": form, "dims": dims},
-               [ValueType(tuple(t.shape[k] for k in order), t.dtype)])
+               [ValueType(tuple(t.shape[k] for k in order), t.dtype)], strided=True)
         return True
 
     def render(self, stmt):
@@ -119,7 +120,7 @@ class Slice(Family):
             if form == "none":
                 shape = (1,) + shape
             attrs = {"form": form, "dim": dim, "start": start, "stop": stop, "step": step}
-        b.emit(self.name, [a], attrs, [ValueType(shape, t.dtype)])
+        b.emit(self.name, [a], attrs, [ValueType(shape, t.dtype)], strided=True)
         return True
 
     def render(self, stmt):
@@ -153,7 +154,8 @@ class Expand(Family):
                      for _ in range(b.rng.randint(0 if t.shape else 1, 1)))
         shape = lead + tuple(b.rng.choice([d, b.dim()]) if d == 1 else d for d in t.shape)
         form = b.rng.choice(["expand", "broadcast_to", "expand_clone"])
-        b.emit(self.name, [a], {"form": form, "shape": shape}, [ValueType(shape, t.dtype)])
+        b.emit(self.name, [a], {"form": form, "shape": shape}, [ValueType(shape, t.dtype)],
+               strided=form != "expand_clone")
         return True
 
     def render(self, stmt):
@@ -179,6 +181,8 @@ class Join(Family):
         if form == "cat" and t.shape[dim] != BATCH and b.rng.random() < 0.5:
             other_shape = t.shape[:dim] + (b.dim(),) + t.shape[dim + 1:]
         else:
+            other_shape = t.shape
+        if not t.is_float:  # joined with itself (value_of draws floats)
             other_shape = t.shape
         other = b.value_of(other_shape, t.dtype) if t.is_float else a
         if form == "stack":
@@ -218,7 +222,7 @@ class Split(Family):
                 ((size + 1) // 2, size // 2)
             outs = [t.shape[:dim] + (n,) + t.shape[dim + 1:] for n in sizes]
             attrs = {"form": form, "dim": dim, "first": first}
-        b.emit(self.name, [a], attrs, [ValueType(s, t.dtype) for s in outs])
+        b.emit(self.name, [a], attrs, [ValueType(s, t.dtype) for s in outs], strided=True)
         return True
 
     def render(self, stmt):
@@ -311,7 +315,7 @@ class InplaceWrite(Family):
             dim = b.rng.choice(fixed)
             reads.append(b.index_input((b.dim(),), t.shape[dim]))
             attrs.update(dim=dim, rank=rank)
-        b.emit(self.name, reads, attrs, outs)
+        b.emit(self.name, reads, attrs, outs, strided=len(outs) > 1)  # the transposed view
         return True
 
     def render(self, stmt):
