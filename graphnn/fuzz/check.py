@@ -10,7 +10,11 @@ Per mode (``infer``, ``grad``, ``step:sgd``, ``step:adam``):
 
 A program whose E or PyTorch float64 run disagrees with R is ill-conditioned (its own numbers
 are not trustworthy at this tolerance, or graphnn's eager run differs from PyTorch's): counted
-apart, with the difference kept, and its compiled values are not compared. A program that both
+apart, with the difference kept, and its compiled values are not compared. So is one whose E
+moves by more than ``PROBE_SHARE`` of the tolerance when every float input and parameter moves
+by a few ulps (the conditioning probe): compiled code rounds differently, and such a program
+would turn that rounding into a mismatch (a cancellation amplified by ``1/sqrt(eps)``, Adam
+steps on gradients that are zero up to rounding, a comparison on a tie). A program that both
 graphnn and PyTorch reject is invalid (a generator bug).
 """
 from __future__ import annotations
@@ -116,6 +120,8 @@ def _check_mode(program, mode, backends, use_torch, only, outcome):
         return
     ill = [f"{mode}: eager {program.dtype} vs float64: {d}"
            for d in differences(eager, reference, tol, values=not program.random)]
+    if not program.random:
+        ill += _conditioning(program, base, eager, tol)
     if use_torch:
         ill += _torch_checks(program, base, eager, reference, outcome)
     outcome.ill_conditioned += ill
@@ -128,6 +134,22 @@ def _check_mode(program, mode, backends, use_torch, only, outcome):
             if only is not None and only[2] != run.label:
                 continue
             _check_compiled(program, run, eager, reference, tol, bool(ill), outcome)
+
+
+PROBE_SHARE = 0.25
+
+
+def _conditioning(program, base, eager, tol) -> list:
+    """How graphnn's eager run changes when its floats move by a few ulps: each difference
+    over ``PROBE_SHARE`` of the tolerance makes the program ill-conditioned."""
+    run = replace(base, nudged=True)
+    try:
+        nudged = execute(program, run)
+    except Exception as error:  # noqa: BLE001
+        return [f"{run.label}: fails on floats a few ulps away: {_crash_text(error)}"]
+    probe = tuple(x * PROBE_SHARE for x in tol)
+    return [f"{run.label}: eager on floats a few ulps away: {d}"
+            for d in differences(nudged, eager, probe)]
 
 
 def _torch_rejects(program, mode) -> bool:

@@ -21,9 +21,11 @@ from .values import input_arrays, loss_weights, state_arrays
 DROPOUT_SEED = 1234
 STEPS = 3
 # Adam with a large eps: the default turns gradients that are zero up to rounding (attention's
-# key bias) into full-size steps, which makes every such program ill-conditioned
+# key bias) into full-size steps, which makes every such program ill-conditioned; float16's
+# rounding (about 1e-3 relative) needs a larger one still
 OPTIMIZERS = {"sgd": ("SGD", {"lr": 0.1, "momentum": 0.9}),
               "adam": ("Adam", {"lr": 0.01, "eps": 1e-3})}
+ADAM_EPS_FLOAT16 = 0.1
 
 
 class NotApplicable(Exception):
@@ -41,19 +43,21 @@ class Run:
     dtype: str | None = None  # None: the program's own
     mode: str = "infer"  # infer | grad | step:sgd | step:adam
     batches: tuple = ()  # dynamic=True: call at these batch sizes ((): the program's)
+    nudged: bool = False  # floats moved by a few ulps (values.NUDGE_ULPS): conditioning probe
 
     @property
     def label(self) -> str:
         where = self.backend or "eager"
         dyn = "+dynamic" if self.batches else ""
-        return f"{self.library}:{where}{dyn}:{self.dtype or 'native'}:{self.mode}"
+        nudged = "+nudged" if self.nudged else ""
+        return f"{self.library}:{where}{dyn}{nudged}:{self.dtype or 'native'}:{self.mode}"
 
     def eager(self) -> "Run":
         """graphnn's eager run of the same mode, dtype and batch sizes."""
         return replace(self, library="graphnn", backend=None)
 
 
-def _instantiate(program: Program, lib, as_dtype):
+def _instantiate(program: Program, lib, as_dtype, nudge=False):
     """The program's callable in ``lib`` with its floats in ``as_dtype`` (explicit casts too),
     a Module loaded with the program's state values (drawn as for the program's own dtype)."""
     obj = build(program.with_dtype(as_dtype) if as_dtype else program, lib.T, lib.F)
@@ -63,7 +67,7 @@ def _instantiate(program: Program, lib, as_dtype):
     obj.to(lib.dtype(dtype))
     shapes = {k: (tuple(v.shape), str(v.dtype).split(".")[-1])
               for k, v in obj.state_dict().items()}
-    arrays = state_arrays(program, shapes, as_dtype)
+    arrays = state_arrays(program, shapes, as_dtype, nudge)
     obj.load_state_dict({k: lib.tensor(a) for k, a in arrays.items()})
     return obj
 
@@ -111,7 +115,7 @@ def execute(program: Program, run: Run) -> dict:
     lib = library(run.library)
     if run.mode.startswith("step"):
         return _step(program, run, lib)
-    obj = _instantiate(program, lib, run.dtype)
+    obj = _instantiate(program, lib, run.dtype, run.nudged)
     call = _Compiled(lib, obj, run.backend, bool(run.batches)) if run.backend else obj
     results = {}
     for k, batch in enumerate(run.batches or (program.batch,)):
@@ -125,7 +129,7 @@ def execute(program: Program, run: Run) -> dict:
 
 def _once(program, run, lib, obj, call, batch) -> dict:
     grad = run.mode == "grad"
-    arrays = input_arrays(program, batch, run.dtype)
+    arrays = input_arrays(program, batch, run.dtype, run.nudged)
     tensors = [lib.tensor(a, grad and spec.requires_grad)
                for a, spec in zip(arrays, program.inputs)]
     lib.T.manual_seed(DROPOUT_SEED)
@@ -152,16 +156,18 @@ def _once(program, run, lib, obj, call, batch) -> dict:
 def _step(program, run, lib) -> dict:
     """``STEPS`` training steps (zero_grad, forward, loss, backward, optimizer step), eager or
     compiled as one whole step; each step's loss and the state after the last."""
-    model = _instantiate(program, lib, run.dtype)
-    arrays = input_arrays(program, program.batch, run.dtype)
+    model = _instantiate(program, lib, run.dtype, run.nudged)
+    arrays = input_arrays(program, program.batch, run.dtype, run.nudged)
     tensors = [lib.tensor(a) for a in arrays]
     probe = model(*tensors)
     arrays = loss_weights(program, _outputs(program, probe, lib))
     if _loss(lib, list(zip(program.outputs, probe)), arrays) is None:
         raise NotApplicable("the loss depends on no parameter")
     weights = {k: lib.tensor(w) for k, w in arrays.items()}
-    model.load_state_dict(_instantiate(program, lib, run.dtype).state_dict())
+    model.load_state_dict(_instantiate(program, lib, run.dtype, run.nudged).state_dict())
     cls, options = OPTIMIZERS[run.mode.split(":")[1]]
+    if cls == "Adam" and program.dtype == "float16":  # the float64 reference too
+        options = dict(options, eps=ADAM_EPS_FLOAT16)
     opt = getattr(lib.T.optim, cls)(model.parameters(), **options)
 
     def train_step(*xs):

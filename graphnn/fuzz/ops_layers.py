@@ -195,6 +195,8 @@ class Layer(Family):
             attrs.update(out=b.dim(), bias=b.rng.random() < 0.8)
             out = ValueType(t.shape[:-1] + (attrs["out"],), t.dtype)
         elif kind == "LayerNorm":
+            if t.shape[-1] == 1:
+                return False  # one element: see Normalize
             attrs.update(affine=b.rng.random() < 0.7)
         elif kind == "Dropout":
             attrs.update(p=b.rng.choice([0.0, 0.3]))
