@@ -79,7 +79,10 @@ def _failure_key(failure) -> tuple:
 
 
 class _Progress:
-    """A one-line progress bar on ``stream`` when it is a terminal."""
+    """A one-line progress bar on ``stream`` when it is a terminal; otherwise (a long run's
+    log) a plain line every ``LOG_EVERY`` programs and at the end; nothing for None."""
+
+    LOG_EVERY = 100
 
     def __init__(self, total, stream):
         self.total, self.stream = total, stream
@@ -87,14 +90,17 @@ class _Progress:
         self.start = time.monotonic()
 
     def update(self, done, report):
-        if not self.live:
+        if self.stream is None:
             return
-        width = 30
-        filled = width * done // max(self.total, 1)
         bad = sum(report.count(k) for k in FAILURE_KINDS)
-        self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} "
-                          f"failing {bad} ill {len(report.ill_conditioned)} "
-                          f"{time.monotonic() - self.start:.0f}s")
+        status = (f"{done}/{self.total} failing {bad} ill {len(report.ill_conditioned)} "
+                  f"{time.monotonic() - self.start:.0f}s")
+        if self.live:
+            width = 30
+            filled = width * done // max(self.total, 1)
+            self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {status}")
+        elif done % self.LOG_EVERY == 0 or done == self.total:
+            self.stream.write(status + "\n")
         self.stream.flush()
 
     def close(self):
