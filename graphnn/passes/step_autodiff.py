@@ -67,10 +67,11 @@ def differentiate_step(graph: Graph, loss: str, grads: dict, optimize) -> Graph:
     (_, crossed), gradients = joint.outputs
     renamed = dict(zip(crossing, crossed))
     renamed.update({name: gradients[param] for name, param in grads.items()})
-    joint_values = {v.name: v for v in joint.values()}
-    for v in by_name.values():  # constants only the update part reads (dropped from forward)
-        if v.kind == "const" and v.name not in joint_values:
-            joint_values[v.name] = joint.add_const(v.data)
+    joint_values = {v.name: v for v in joint.values() if v.kind != "const"}
+    read_later = [v for n in later for v in n.inputs] + graph.output_values()
+    for v in read_later:  # constants the update part reads, added again: ``optimize``
+        if v.kind == "const" and v.name not in renamed:  # renumbers the forward's, so
+            renamed[v.name] = joint.add_const(v.data)  # their names may hold others now
     for node in later:
         inputs = [renamed.get(v.name) or joint_values[v.name] for v in node.inputs]
         new = joint.add_node(node.op, inputs, node.attrs, [v.type for v in node.outputs],
