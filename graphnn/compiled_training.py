@@ -50,7 +50,9 @@ class TrainingEntry:
         self.name = name
         self.backward_inputs = [v.name for v in backward.graph.inputs]
         self.forward_inputs = [v.name for v in forward.graph.inputs]
-        self.saved_names = [v.name for v in forward.graph.outputs[1]]
+        # the backward's first inputs are the saved values, in the forward's order (partition):
+        # matched by position, as the scheduling passes may renumber the forward's values
+        self.saved_names = [v.name for v in backward.graph.inputs[:len(forward.graph.outputs[1])]]
 
     def __call__(self, tensors, state):
         arrays = [t._data for t in tensors] + self.random.draw(tensors)

@@ -13,10 +13,11 @@ for the backward graph and which cheap values the backward graph recomputes from
   consumers' operands, never recomputed itself.
 
 Guarantees: the forward graph returns ``(forward_outputs, saved tuple)``; the backward graph
-takes the saved values (same names), ``grad_output`` (if the joint graph has it) and the
-original inputs and parameters it reads, and returns the gradient dict. Node results of both
-are numbered in order (0, 1, 2...), so passes that renumber them (every ``Rewriter`` pass)
-keep the names that join the saved values to the backward's inputs. Running forward then
+takes the saved values first (same names, same order), then ``grad_output`` (if the joint
+graph has it) and the original inputs and parameters it reads, and returns the gradient dict.
+Node results of both are numbered in order (0, 1, 2...). A pass that reorders nodes
+(``fuse_elementwise`` makes groups contiguous) renumbers the forward's saved values, so
+callers join them to the backward's inputs by position, not by name. Running forward then
 backward gives exactly the joint graph's values. ``PartitionReport`` lists every saved tensor
 with its bytes and every recomputed value.
 """
@@ -138,7 +139,7 @@ def partition(joint: Graph):
     saved_values = [v for n in forward_nodes for v in n.outputs if v.name in saved]
     fwd.outputs = (map_structure(lambda v: env[v.name], forward_outputs),
                    tuple(env[v.name] for v in saved_values))
-    renumber(fwd)  # the names later passes keep: the backward reads the saved values by them
+    renumber(fwd)  # saved values join the backward's first inputs by position
     for v in saved_values:
         report.saved.append((env[v.name].name, str(v.type), _bytes(v), v.producer.scope))
 
