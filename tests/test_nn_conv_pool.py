@@ -261,3 +261,25 @@ def test_cnn_block_matches_torch_end_to_end():
     ours.eval()
     theirs.eval()
     check_against_torch(ours, theirs, randn(2, 3, 10, 9))
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_max_pool_of_minus_inf_windows_with_padding_matches_torch(compiled):
+    """A window whose maximum is -inf takes its first element inside the image, as PyTorch's
+    (it took the padding: a negative index whose gradient wrapped to the plane's end)."""
+    x = np.full((2, 2, 5, 5), -np.inf, np.float32)
+    x[:, :, 3:, 3:] = np.arange(8, dtype=np.float32).reshape(2, 2, 2, 1)
+    t = torch.tensor(x, requires_grad=True)
+    t_out, t_idx = torch.nn.functional.max_pool2d(t, 2, stride=2, padding=1,
+                                                  return_indices=True)
+    t_out.sum().backward()
+
+    def pool(v):
+        return graphnn.nn.functional.max_pool2d(v, 2, stride=2, padding=1,
+                                                return_indices=True)
+    g = graphnn.tensor(x, requires_grad=True)
+    out, idx = (graphnn.compile(pool) if compiled else pool)(g)
+    out.sum().backward()
+    np.testing.assert_array_equal(idx.numpy(), t_idx.numpy())
+    np.testing.assert_array_equal(out.detach().numpy(), t_out.detach().numpy())
+    np.testing.assert_array_equal(g.grad.numpy(), t.grad.numpy())

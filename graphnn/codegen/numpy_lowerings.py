@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphnn.ir import get_op
+from graphnn.ir.ops.pool import has_outside_windows
 from graphnn.ir.ops.shape_rules import normalize_dims
 
 from .numpy_common import is_uniform
@@ -389,18 +390,22 @@ def _pooled_planes(node):
     return pool
 
 
+def _outside_windows(pool) -> bool:
+    """Whether the pool has windows wholly in the padding (their indices point out of their
+    plane: the general ``scatter_add`` checks bounds and raises, as the reference does)."""
+    a = pool.attrs
+    return has_outside_windows(pool.inputs[0].type.shape, a["kernel_size"], a["stride"],
+                               a["padding"], a["dilation"], pool.outputs[1].type.shape[2:])
+
+
 def _scatter_add(node, args, ctx):
     base, _, src = (v.type for v in node.inputs)
     if not base.shape or base.dtype != src.dtype:
         return None
     scratch = f"buffers=buffers, key={ctx.scratch_key(node)!r}"
     pool = _pooled_planes(node)
-    if pool is not None:  # the max-pool gradient: no bounds checks, no copy of the base
-        ho, wo = pool.outputs[1].type.shape[2:]
-        return f"_rt.pool_scatter_add({', '.join(args)}, " \
-               f"width={pool.inputs[0].type.shape[3]}, windows={(ho, wo)!r}, " \
-               f"stride={tuple(pool.attrs['stride'])!r}, " \
-               f"padding={tuple(pool.attrs['padding'])!r}{ctx.out_arg(node)}, {scratch})"
+    if pool is not None and not _outside_windows(pool):  # the max-pool gradient: no bounds
+        return f"_rt.pool_scatter_add({', '.join(args)}{ctx.out_arg(node)}, {scratch})"  # checks
     return f"_rt.scatter_add({', '.join(args)}, {node.attrs['dim']}{ctx.out_arg(node)}, " \
            f"{scratch})"
 

@@ -14,6 +14,7 @@ import numpy as np
 from graphnn.ir import TensorType, get_op
 from graphnn.ir.dtypes import as_dtype
 from graphnn.ir.errors import IndexError_
+from graphnn.ir.ops.pool import first_taps_inside
 
 from .numpy_common import epilogue_, scratch
 from .numpy_conv import conv2d, conv2d_input_grad, conv2d_weight_grad  # noqa: F401
@@ -131,10 +132,10 @@ def max_pool2d(x, *, kernel_size, stride, padding, dilation, ceil_mode, indices=
     hits keep the largest of the elements' codes in a narrow integer type (uint8 for small
     windows), turned into int64 flat indices by one subtraction from the windows' last
     elements' indices (or a table lookup plus the windows' first elements' indices).
-    Indices equal the reference's bit for bit (padding is chosen only where the reference
-    chooses it: a window whose maximum is -inf and whose first element is padding); values
-    too, but for the sign of a zero maximum in a window holding both +0.0 and -0.0 (the
-    reference takes the first, ``np.maximum`` its second operand)."""
+    Indices equal the reference's bit for bit (a window whose maximum is -inf takes its first
+    element inside the image, ``first_taps_inside``, never padding); values too, but for the
+    sign of a zero maximum in a window holding both +0.0 and -0.0 (the reference takes the
+    first, ``np.maximum`` its second operand)."""
     buffers = {} if buffers is None else buffers
     n, c, h, w = x.shape
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel_size, stride, padding, dilation
@@ -216,6 +217,12 @@ def max_pool2d(x, *, kernel_size, stride, padding, dilation, ceil_mode, indices=
             np.take(table, top, out=where)
             where += base
     split(pool, n, x.size)
+    if index is not None and (ph or pw):
+        first = buffers.get(key + ".first")
+        if first is None or first.shape != (ho, wo):
+            first = buffers[key + ".first"] = first_taps_inside(
+                x.shape, kernel_size, stride, padding, dilation, (ho, wo))
+        np.copyto(index, first, where=values == -np.inf)
     return values if index is None else (values, index)
 
 
@@ -271,35 +278,19 @@ def scatter_add(base, index, src, dim, out=None, buffers=None, key="scatter"):
     return out
 
 
-def pool_scatter_add(base, index, src, *, width, windows, stride, padding, out=None,
-                     buffers=None, key="scatter"):
+def pool_scatter_add(base, index, src, *, out=None, buffers=None, key="scatter"):
     """``scatter_add(base, index, src, dim=-1)`` for the max-pool gradient: ``base`` holds one
-    value everywhere (the all-zero ``full`` plane) and each row of ``index`` (the last dim,
-    ``windows`` = (ho, wo) long) is one plane's flat indices from a ``max_pool2d`` (of that
-    ``stride`` and ``padding``) over images ``width`` wide, the row of ``base`` the same
-    plane (h * width long). The result is ``base`` refilled with its value plus ``np.add.at``
+    value everywhere (the all-zero ``full`` plane) and each row of ``index`` (the last dim) is
+    one plane's flat indices from a ``max_pool2d``, the row of ``base`` the same plane. The result is ``base`` refilled with its value plus ``np.add.at``
     over flat positions in the index's order: the reference's additions in its order, so
     equal bit for bit (0.0 + -0.0 is 0.0 here too), whether windows overlap or not; done a
     block of rows at a time, so that the additions find the block just filled in the cache.
 
-    Bounds: such indices lie inside their plane by construction, so they are not checked
-    (the general ``scatter_add`` finds their minimum and maximum), except in one case: a
-    window whose maximum is -inf and whose first element is top or left padding has that
-    padding's index (the reference's argmax picks it): negative, or inside the previous row
-    of the plane. Only the windows starting in padding (the first rows / columns) can do
-    that, and their index equals their start's exactly when they did (any other element of
-    theirs lies on a later row, or a later column of their row); if one did, the general
-    ``scatter_add`` (bounds checks, negative indices counted from the end) runs instead."""
+    Bounds: such indices lie inside their plane by construction (a window whose maximum is
+    -inf takes its first element inside the image, never padding), so they are not checked
+    beyond what ``np.add.at`` checks."""
     buffers = {} if buffers is None else buffers
-    (ho, wo), (sh, sw), (ph, pw) = windows, stride, padding
     rows, length, size = math.prod(index.shape[:-1]), index.shape[-1], base.shape[-1]
-    if ph or pw:
-        plane = index.reshape(rows, ho, wo)
-        starts = (np.arange(ho)[:, None] * sh - ph) * width + (np.arange(wo) * sw - pw)
-        top, left = -(-ph // sh), -(-pw // sw)  # windows starting above / left of the image
-        if np.equal(plane[:, :top], starts[:top]).any() or \
-                np.equal(plane[:, top:, :left], starts[top:, :left]).any():
-            return scatter_add(base, index, src, -1, out=out, buffers=buffers, key=key)
     if out is None:
         out = np.empty(base.shape, base.dtype)
     if not out.size:

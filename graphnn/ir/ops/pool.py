@@ -69,7 +69,42 @@ def _max_pool2d(x, *, kernel_size, stride, padding, dilation, ceil_mode):
     values = np.take_along_axis(win, arg[..., None], axis=-1)[..., 0]
     rows = np.arange(ho)[:, None] * sh - ph + (arg // kw) * dh
     cols = np.arange(wo)[None, :] * sw - pw + (arg % kw) * dw
-    return values, (rows * w + cols).astype(np.int64)
+    index = (rows * w + cols).astype(np.int64)
+    if ph or pw:  # a -inf maximum: the first element inside the image, never the padding
+        index = np.where(values == -np.inf, first_taps_inside(x.shape, kernel_size, stride,
+                                                               padding, dilation, (ho, wo)),
+                         index)
+    return values, index
+
+
+def _first_inside(shape, kernel_size, stride, padding, dilation, windows):
+    """(row, column) of each window's first tap inside the image, by window row / column,
+    and whether some window has no tap inside it (it lies wholly in the padding)."""
+    h, w = shape[2:]
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel_size, stride, padding, dilation
+    ho, wo = windows
+    starts_r, starts_c = np.arange(ho) * sh - ph, np.arange(wo) * sw - pw
+    rows = starts_r + -(-np.maximum(-starts_r, 0) // dh) * dh  # up by whole dilations to >= 0
+    cols = starts_c + -(-np.maximum(-starts_c, 0) // dw) * dw
+    empty = bool((rows >= h).any() or (rows > starts_r + (kh - 1) * dh).any() or
+                 (cols >= w).any() or (cols > starts_c + (kw - 1) * dw).any())
+    return rows, cols, empty
+
+
+def first_taps_inside(shape, kernel_size, stride, padding, dilation, windows) -> np.ndarray:
+    """Each window's first element inside the image, as a flat plane index (ho, wo): the index
+    PyTorch gives a window whose maximum is -inf (its scan starts there; padding is never
+    chosen). A window lying wholly in the padding has none: its index, PyTorch's too, then
+    points past its place (``has_outside_windows``)."""
+    rows, cols, _ = _first_inside(shape, kernel_size, stride, padding, dilation, windows)
+    return (rows[:, None] * shape[3] + cols[None, :]).astype(np.int64)
+
+
+def has_outside_windows(shape, kernel_size, stride, padding, dilation, windows) -> bool:
+    """Whether some window lies wholly in the padding (a dilated window over a tiny image):
+    its maximum is -inf and it has no element to pass a gradient to, so the gradient's
+    ``scatter_add`` reports its index as out of bounds."""
+    return _first_inside(shape, kernel_size, stride, padding, dilation, windows)[2]
 
 
 def _grad_max_pool2d(b, ctx, grads):
