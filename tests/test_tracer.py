@@ -580,3 +580,21 @@ def test_traces_do_not_nest():
     with pytest.raises(TraceError, match="do not nest"):
         graphnn.trace(outer, graphnn.randn(2))
     assert trace_state.active() is None
+
+
+def test_a_0d_index_tensor_alone_is_traced_as_an_index():
+    """``w[i]`` with a 0-d integer tensor ``i`` (an embedding of one token, ``x.argmax()``
+    used as an index) selects as an int does; tracing keeps it a graph input instead of
+    reading its value (found by graphnn fuzz: the compile fell back to eager)."""
+    w = graphnn.randn(3, 4)
+
+    def pick(x, i):
+        return w[i] * 2, x[:, i], x[i, 1:], x[..., i]
+
+    x, i = graphnn.randn(3, 3), graphnn.tensor(2)
+    graph = graphnn.trace(pick, x, i)
+    assert any(node.op == "index" for node in graph.nodes)
+    for got, want in zip(graphnn.compile(pick)(x, i), pick(x, i)):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    with pytest.raises(graphnn.GraphnnError, match="0-d tensor beside other index tensors"):
+        graphnn.trace(lambda x, i: x[i, graphnn.tensor([0, 1])], x, i)

@@ -74,8 +74,6 @@ def _symbolic_index(k):
     if k.dtype.name == "bool":
         readable_data(k, "indexing with a bool mask tensor (the result's shape depends on the "
                          "mask's values)")
-    if k.ndim == 0:
-        readable_data(k, "indexing with a 0-d tensor (use a 1-d index tensor)")
     if k.dtype.category != 1:
         raise IndexError_(f"index: tensors used as indices must be long, int, byte or bool "
                           f"tensors, got {k.dtype.name}")
@@ -122,6 +120,11 @@ def _items(key) -> list:
             raise DTypeError(f"index: only integers, slices (`:`), ellipsis (`...`), None and "
                               f"integer or boolean tensors are valid indices (got "
                               f"{type(k).__name__})")
+    scalars = [k for k in out if _is_array(k) and not isinstance(k, np.ndarray) and not k.ndim]
+    if scalars and sum(_is_array(k) for k in out) > 1:
+        # alone, a 0-d index tensor selects as an int does (its dim goes, nothing is placed);
+        # beside other index tensors its basic-indexing placement would need its value
+        readable_data(scalars[0], "indexing with a 0-d tensor beside other index tensors")
     return out
 
 
