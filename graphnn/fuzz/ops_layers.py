@@ -5,6 +5,8 @@ from the program's arrays afterwards (``values.load_state``), so both libraries 
 weights."""
 from __future__ import annotations
 
+from graphnn.ir.ops.pool import has_outside_windows
+
 from .families import Family, dims_text, lhs, register
 from .program import BATCH, ValueType
 
@@ -139,6 +141,10 @@ class Pool(Family):
         ow = _out_size(w, kernel, s, padding, dilation, ceil_mode)
         if oh < 1 or ow < 1:
             return False
+        if form == "max_pool2d" and has_outside_windows(
+                (1, 1, h, w), (kernel,) * 2, (s,) * 2, (padding,) * 2, (dilation,) * 2,
+                (oh, ow)):
+            return False  # a window wholly in the padding: no gradient (docs/fuzz.md)
         attrs = {"form": form, "kernel": kernel, "stride": stride, "padding": padding,
                  "dilation": dilation, "ceil_mode": ceil_mode,
                  "count_include_pad": b.rng.random() < 0.5}
