@@ -192,8 +192,7 @@ def _check_compiled(program, run, eager, reference, tol, ill, outcome):
         expected = execute(program, run.eager())
         found = differences(ours, expected, tol, like=expected, values=not ill)
     else:
-        random = program.random
-        found = differences(ours, eager if random else reference, tol, like=eager,
-                            values=random or not ill)
+        found = differences(ours, eager if program.random else reference, tol, like=eager,
+                            values=not ill)  # a random program's ``ill``: the probe's verdict
     for d in found:
         outcome.failures.append(Failure("mismatch", run.mode, run.label, d))
