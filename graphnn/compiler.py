@@ -326,6 +326,8 @@ class CompiledFunction(DynamicBatch):
         graph, random, step = self._trace(args, kwargs, holder)
 
         def optimize():
+            wrt_params, wrt_inputs = (_differentiated(sig, graph, tensors)
+                                      if step is None and sig.needs_grad else ([], []))
             if step is not None:
                 backward, changes = step
                 graphs = {"step": compiled_step.step_graph(graph, backward, self._passes,
@@ -334,14 +336,14 @@ class CompiledFunction(DynamicBatch):
                 def make(artifacts, random_):
                     return compiled_step.StepEntry(artifacts["step"], random_, changes,
                                                    to_tensors)
-            elif not (sig.needs_grad and _differentiated(sig, graph, tensors)[0]):
+            elif not (wrt_params or wrt_inputs):  # eager gives the result no grad_fn
                 graphs = {"inference": stages.optimized(graph, self._passes,
                                                         self._disable).graph}
 
                 def make(artifacts, random_):
                     return _Inference(artifacts["inference"], random_)
             else:
-                graphs, make = self._training_stages(sig, graph, tensors)
+                graphs, make = self._training_stages(graph, wrt_params, wrt_inputs)
 
             def make_with_template(artifacts, random_):
                 entry = make(artifacts, random_)
@@ -359,11 +361,10 @@ class CompiledFunction(DynamicBatch):
         return CompiledArtifact(graph, self._backend, plan=plan, name=self.name,
                                 options=self._artifact_options(plan, stage))
 
-    def _training_stages(self, sig, graph, tensors):
+    def _training_stages(self, graph, wrt_params, wrt_inputs):
         """The forward and backward graphs of a compiled training forward, and its entry."""
         flat = flatten_structure(graph.outputs[0])  # the result, without state updates
         floating = [v for v in flat if v is not None and v.type.dtype.is_floating_point]
-        wrt_params, wrt_inputs = _differentiated(sig, graph, tensors)[1:]
         wrt = wrt_params + [n for n, _ in wrt_inputs]
         if len(floating) == 1 and flat[0] is floating[0]:  # stages.training's shape
             _, fwd, bwd = training_graphs(graph, wrt, self._passes, self._disable)
@@ -408,11 +409,10 @@ class CompiledFunction(DynamicBatch):
 
 
 def _differentiated(sig, graph, tensors):
-    """(whether the call's result needs a backward, the parameters and the (input name,
-    position) pairs to differentiate): those requiring grad that a floating output depends on
-    through floating values, so an unused parameter's ``.grad`` stays None, as does one read
-    only by a comparison; a result with no floating output, or with
-    none depending on them, is compiled for inference, as eager gives it no ``grad_fn``."""
+    """(the parameters, the (input name, position) pairs) to differentiate: those requiring
+    grad that a floating output depends on through floating values, so an unused parameter's
+    ``.grad`` stays None, as does one read only by a comparison. Both empty (no floating
+    output, or none depending on them): the call compiles for inference."""
     state = dict(sig.state)
     flat = flatten_structure(graph.outputs[0])  # the result, without state updates
     reached = {v.name for v in flat if v is not None and v.type.dtype.is_floating_point}
@@ -423,7 +423,7 @@ def _differentiated(sig, graph, tensors):
                   and state.get(v.name) and state[v.name].requires_grad]
     wrt_inputs = [(v.name, i) for i, (v, t) in enumerate(zip(graph.inputs, tensors))
                   if t.requires_grad and v.name in reached]
-    return bool(wrt_params or wrt_inputs), wrt_params, wrt_inputs
+    return wrt_params, wrt_inputs
 
 
 def compile(fn_or_module, backend="numpy", passes=None, disable=None, dynamic=False,

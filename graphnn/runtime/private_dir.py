@@ -54,10 +54,9 @@ def why_untrusted_dir(directory) -> str | None:
     st = os.stat(path)
     if not stat.S_ISDIR(st.st_mode):
         return f"{path} is not a directory"
-    if st.st_uid != me:
-        return f"directory {path} is owned by uid {st.st_uid}, not by this user (uid {me})"
-    if st.st_mode & _OTHERS_WRITE:
-        return f"directory {path} is writable by group or others (mode {_mode(st)})"
+    reason = _not_private(f"directory {path}", st, me)
+    if reason is not None:
+        return reason
     while True:
         parent = os.path.dirname(path)
         if parent == path:
@@ -84,10 +83,15 @@ def why_untrusted_file(path) -> str | None:
     st = os.lstat(path)
     if not stat.S_ISREG(st.st_mode):
         return f"{path} is not a regular file"
+    return _not_private(path, st, me)
+
+
+def _not_private(what: str, st, me: int) -> str | None:
+    """Why ``what`` (its ``stat`` result ``st``) is not this user's alone, or None."""
     if st.st_uid != me:
-        return f"{path} is owned by uid {st.st_uid}, not by this user (uid {me})"
+        return f"{what} is owned by uid {st.st_uid}, not by this user (uid {me})"
     if st.st_mode & _OTHERS_WRITE:
-        return f"{path} is writable by group or others (mode {_mode(st)})"
+        return f"{what} is writable by group or others (mode {_mode(st)})"
     return None
 
 
