@@ -212,7 +212,7 @@ def blas_threads() -> str:
 
 def kernel_threads() -> str:
     try:
-        from graphnn.codegen.numpy_parallel import THREADS
+        from graphnn.codegen.numpy.parallel import THREADS
     except ImportError:  # a graphnn without kernel threads
         return "1"
     return str(THREADS)

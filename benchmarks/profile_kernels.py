@@ -1,7 +1,7 @@
 """Per-statement time inside the generated NumPy kernels of the ``compiled.py`` workloads.
 
 For each workload it traces the model, builds the inference graph and the training
-forward/backward graphs (``graphnn.stages``), generates their kernels, and times every
+forward/backward graphs (``graphnn.compiler.stages``), generates their kernels, and times every
 statement of each kernel body (median over calls). Prints, per kernel, the total and the
 statements that take the most time, with their op and Module path.
 
@@ -24,8 +24,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from compiled import WORKLOADS  # noqa: E402
 
 import graphnn  # noqa: E402
-from graphnn import stages  # noqa: E402
-from graphnn.codegen.numpy_backend import generate, load  # noqa: E402
+from graphnn.compiler import stages  # noqa: E402
+from graphnn.codegen.numpy.backend import generate, load  # noqa: E402
 
 _STATEMENT = re.compile(r"^ {8}(?!if |return |_scratch|with |#)\S")
 

@@ -41,5 +41,5 @@ def numel(t) -> int:
 
 from . import autograd, nn, optim  # noqa: E402
 from .serialization import load, save  # noqa: E402
-from .explain import explain  # noqa: E402
+from .tools.explain import explain  # noqa: E402
 from .compiler import compile  # noqa: E402,A001  (graphnn.compile, as torch.compile)

@@ -1,10 +1,10 @@
 """Running the ``graphnn`` command in tests, as a CompletedProcess: as a real process
-(``command``), or through ``graphnn.cli.main`` in this process (``in_process``, faster)."""
+(``command``), or through ``graphnn.tools.cli.main`` in this process (``in_process``, faster)."""
 import pathlib
 import subprocess
 import sys
 
-from graphnn.cli import main
+from graphnn.tools.cli import main
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MODELS = "examples/models.py"

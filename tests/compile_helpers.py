@@ -12,7 +12,7 @@ from graphnn.runtime import backends, cache
 
 def _numpy_backend_importable() -> bool:
     try:
-        import graphnn.codegen.numpy_backend  # noqa: F401
+        import graphnn.codegen.numpy.backend  # noqa: F401
     except ImportError:
         return False
     return True
@@ -21,7 +21,7 @@ def _numpy_backend_importable() -> bool:
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path, monkeypatch):
     if not _numpy_backend_importable():  # the code generator is being written: runtime tests
-        monkeypatch.setitem(backends._MODULES, "numpy", "graphnn.runtime.reference_backend")
+        monkeypatch.setitem(backends._MODULES, "numpy", "graphnn.codegen.reference.backend")
     monkeypatch.setenv("GRAPHNN_CACHE_DIR", str(tmp_path / "kernels"))
     cache.clear_memory()
     cache.stats.reset()

@@ -1,7 +1,7 @@
 """``graphnn dump-ir`` run as a real command on example files: the printed IR parses back and
 has the expected ops and provenance; usage and tracing errors exit non-zero with one clear
 line on stderr. The main commands run as subprocesses, in parallel once per module (each starts
-a Python process); the remaining error cases call the same entry point (``graphnn.cli.main``)
+a Python process); the remaining error cases call the same entry point (``graphnn.tools.cli.main``)
 in this process to keep the suite fast."""
 import json
 from concurrent.futures import ThreadPoolExecutor

@@ -9,8 +9,8 @@ import tracemalloc
 import pytest
 
 from cli_run import MODELS, ROOT, command, in_process, one_line_error
-from graphnn.cli_target import load_target
-from graphnn.cli_usage import UsageError
+from graphnn.tools.target import load_target
+from graphnn.tools.usage import UsageError
 from graphnn.ir import parse, verify
 
 COMMANDS = ("dump-ir", "explain")

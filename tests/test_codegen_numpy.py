@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import graphnn
-from graphnn import stages
-from graphnn.codegen.numpy_backend import BACKEND_VERSION, generate, load
-from graphnn.codegen.numpy_lowerings import GEMM_OPS, lowering_for
+from graphnn.compiler import stages
+from graphnn.codegen.numpy.backend import BACKEND_VERSION, generate, load
+from graphnn.codegen.numpy.lowerings import GEMM_OPS, lowering_for
 from graphnn.ir import REGISTRY, Graph, TensorType, interpret, parse, verify
 from graphnn.ir.dtypes import from_numpy_dtype
 from graphnn.ir.graph import flatten_structure
@@ -287,7 +287,7 @@ def test_views_keep_their_buffer_alive():
 def parts(request, monkeypatch):
     """Kernels run serially, or with their work split into up to 3 parts of any size (as
     large arrays are on a multi-core machine): results must not change."""
-    from graphnn.codegen import numpy_parallel
+    from graphnn.codegen.numpy import parallel as numpy_parallel
     if request.param == "three parts":
         monkeypatch.setattr(numpy_parallel, "THREADS", 3)
         monkeypatch.setattr(numpy_parallel, "MIN_PART", 1)
@@ -492,7 +492,7 @@ def test_log_softmax_lowering_equals_interpreter_exactly(dim, dtype):
 
 
 def test_parallel_ranges_cover_the_work_once():
-    from graphnn.codegen import numpy_parallel as par
+    from graphnn.codegen.numpy import parallel as par
     for length, elements in [(0, 0), (1, 10 ** 9), (7, 10 ** 9), (32, par.MIN_PART)]:
         bounds = par.ranges(length, elements)
         assert bounds[0][0] == 0 and bounds[-1][1] == length

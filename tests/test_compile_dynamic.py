@@ -121,7 +121,7 @@ def test_inference_one_kernel_for_every_batch_size(monkeypatch):
     assert "def kernel(" in source
     # a new size is traced once (its graph checked against the fitted one); no pass runs and
     # no code is generated; a size seen before is not traced again
-    import graphnn.compiler as C
+    import graphnn.compiler.function as C
     traces = []
     trace = C.compiled_step.trace_function
     monkeypatch.setattr(C.compiled_step, "trace_function",

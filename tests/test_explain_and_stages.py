@@ -6,7 +6,8 @@ import sys
 import numpy as np
 
 import graphnn
-from graphnn import nn, stages
+from graphnn import nn
+from graphnn.compiler import stages
 from graphnn.ir import interpret, parse, verify
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -122,7 +123,7 @@ def test_causal_block_whose_mask_is_too_big_to_fold_still_fuses_attention():
 
 
 def test_dump_ir_kernels_stage_prints_loadable_numpy_source():
-    from graphnn.codegen import numpy_backend
+    from graphnn.codegen.numpy import backend as numpy_backend
     result = _cli("dump-ir", f"{MODELS}:make_mlp", "--input", "4x20", "--stage", "kernels")
     assert result.returncode == 0, result.stderr
     assert "def kernel(inputs, params, buffers):" in result.stdout

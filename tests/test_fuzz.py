@@ -8,14 +8,15 @@ import warnings
 import pytest
 
 import graphnn
-from graphnn.cli import main as cli_main
+from graphnn.tools.cli import main as cli_main
 from graphnn.fuzz import reproducer
 from graphnn.fuzz.campaign import program_seeds, run_campaign
 from graphnn.fuzz.check import check
 from graphnn.fuzz.generate import generate_program
 from graphnn.fuzz.render import render
 from graphnn.fuzz.shrink import shrink
-from graphnn.runtime import backends, reference_backend
+from graphnn.runtime import backends
+from graphnn.codegen.reference import backend as reference_backend
 
 CI_SEED, CI_COUNT, CI_STEP_EVERY = 11, 120, 4
 TANH_SEED, TANH_STATEMENTS = 3908, 5  # a float32 function program, one statement tanh

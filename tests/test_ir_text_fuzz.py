@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 import graphnn
 import ir_samples
-from graphnn import nn, stages
+from graphnn import nn
+from graphnn.compiler import stages
 from graphnn.frontend.tracer import TraceWarning
 from graphnn.ir import REGISTRY, Graph, ParseError, TensorType, VerifyError, parse, verify
 from graphnn.ir import dtypes as D

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import graphnn
-from graphnn import nn, stages
+from graphnn import nn
+from graphnn.compiler import stages
 from graphnn.ir import interpret, parse, verify
 
 

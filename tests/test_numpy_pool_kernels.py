@@ -15,8 +15,9 @@ from compile_helpers import isolated_cache  # noqa: F401  (autouse: a kernel cac
 
 import graphnn
 from graphnn import nn
-from graphnn.codegen import numpy_parallel, numpy_support
-from graphnn.codegen.numpy_backend import generate, load
+from graphnn.codegen.numpy import support as numpy_support
+from graphnn.codegen.numpy import parallel as numpy_parallel
+from graphnn.codegen.numpy.backend import generate, load
 from graphnn.ir import Graph, TensorType, get_op, interpret, verify
 from graphnn.ir.dtypes import from_numpy_dtype
 from graphnn.ir.ops.pool import has_outside_windows

@@ -222,7 +222,8 @@ graph g(%a: f32[2,3], %b: f32[2,3], %base: f32[2,6]) {
 
 
 def test_training_backward_assembles_the_in_projection_gradient_with_one_cat():
-    from graphnn import nn, stages, tensor, trace
+    from graphnn import nn, tensor, trace
+    from graphnn.compiler import stages
     block = nn.TransformerBlock(16, 2, d_ff=32, causal=True)
     train = stages.training(trace(block, tensor(np.zeros((2, 5, 16), np.float32))))
     ops = [n.op for n in train.backward.nodes]

@@ -11,8 +11,8 @@ import functools
 import numpy as np
 import pytest
 
-from graphnn.codegen.numpy_backend import generate, load
-from graphnn.codegen.numpy_lowerings import GEMM_OPS
+from graphnn.codegen.numpy.backend import generate, load
+from graphnn.codegen.numpy.lowerings import GEMM_OPS
 from graphnn.ir import OpGroup, get_op, interpret, verify
 from graphnn.passes.memory_plan import plan_memory
 from graphnn.passes.pipeline import PIPELINE, run_pipeline

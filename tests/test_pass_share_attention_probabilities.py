@@ -5,7 +5,8 @@ import numpy as np
 
 import graphnn as gn
 import graphnn.nn.functional as F
-from graphnn import nn, stages
+from graphnn import nn
+from graphnn.compiler import stages
 from graphnn.ir import interpret
 from graphnn.passes.autodiff import autodiff
 from graphnn.passes.pipeline import run_pipeline

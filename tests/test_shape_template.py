@@ -7,8 +7,8 @@ probe sizes ``compiler.PROBE_SIZES`` (11, 13, 17).
 import numpy as np
 import pytest
 
-from graphnn.codegen import numpy_support
-from graphnn.codegen.numpy_backend import _constant
+from graphnn.codegen.numpy import support as numpy_support
+from graphnn.codegen.numpy.backend import _constant
 from graphnn.compiler import PROBE_SIZES
 from graphnn.runtime.shape_template import LinearSize, NotGeneric, ShapeTemplate
 
@@ -175,7 +175,7 @@ def test_not_generic_when_the_number_of_numbers_differs():
 def test_not_generic_names_the_line_that_differs_in_a_long_segment():
     # one text segment (no number in it) spanning several lines: the line named is the one
     # where the texts first differ, not the segment's middle
-    texts = [f"import numpy as np\nfrom graphnn.codegen import numpy_support as _rt\n"
+    texts = [f"import numpy as np\nfrom graphnn.codegen.numpy import support as _rt\n"
              f"from x import y\nk = _rt.const('{blob}')\nshape = ({s}, 4)\n"
              for blob, s in zip(("QUJD", "REVG", "SElK"), SIZES)]
     with pytest.raises(NotGeneric) as info:

@@ -1,2 +1,2 @@
 """graphnn.codegen: emitters that turn an optimized graph into NumPy or Triton source.
-Codegen imports graphnn.ir only, never the frontend."""
+One folder per backend; codegen imports graphnn.ir only, never the frontend."""

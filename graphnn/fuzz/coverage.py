@@ -29,7 +29,7 @@ def traced_graph(program: Program):
 
 def covered_ops(program: Program, grad: bool) -> set:
     """Op names in the program's graphs (empty when it cannot be traced)."""
-    from graphnn import stages  # the compiler's stages: graphs as compile builds them
+    from graphnn.compiler import stages  # the compiler's stages: graphs as compile builds them
 
     try:
         graph = traced_graph(program)

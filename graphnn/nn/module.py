@@ -345,11 +345,6 @@ class Module(HookMixin, StateMixin):
         """Drop every parameter's ``.grad`` (or zero it in place with ``set_to_none=False``)."""
         zero_grads(self.parameters(), set_to_none)
 
-    def compile(self, *args, **kwargs):
-        """Compile in place (see ``graphnn.compile``): later calls run compiled code."""
-        from ..compiler import compile_module  # the glue layer, imported when asked for
-        return compile_module(self, *args, **kwargs)
-
     def __call__(self, *args, **kwargs):
         return call_module(self, args, kwargs)
 

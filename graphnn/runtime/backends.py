@@ -2,7 +2,7 @@
 
 A backend is a module with ``generate(graph, plan=None) -> str``, ``load(source) -> kernel``
 and ``BACKEND_VERSION``; ``kernel(inputs, params, buffers)`` returns the graph's output
-structure of arrays. ``"numpy"`` is graphnn.codegen.numpy_backend; ``"reference"`` runs the
+structure of arrays. ``"numpy"`` is graphnn.codegen.numpy.backend; ``"reference"`` runs the
 IR interpreter (``reference_backend``).
 """
 from __future__ import annotations
@@ -11,8 +11,8 @@ import importlib
 
 from ..ir.errors import UnsupportedError
 
-_MODULES = {"numpy": "graphnn.codegen.numpy_backend",
-            "reference": "graphnn.runtime.reference_backend"}
+_MODULES = {"numpy": "graphnn.codegen.numpy.backend",
+            "reference": "graphnn.codegen.reference.backend"}
 
 
 def get_backend(name: str):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .fuzz import campaign, reproducer
+from ..fuzz import campaign, reproducer
 
 _EXAMPLES = """\
 examples:
@@ -44,8 +44,8 @@ def add_parser(commands) -> None:
 
 
 def run(args) -> int:
-    from .runtime.backends import get_backend
-    from .ir.errors import GraphnnError
+    from ..runtime.backends import get_backend
+    from ..ir.errors import GraphnnError
 
     if args.replay:
         try:

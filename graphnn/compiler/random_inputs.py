@@ -12,12 +12,12 @@ from __future__ import annotations
 import copy
 import threading
 
-from .frontend.random import next_seed
-from .ir.graph import map_structure
-from .ir.registry import get_op
-from .ir.types import TensorType
-from .ir.verifier import verify
-from .runtime.shape_template import LinearSize, NotGeneric
+from ..frontend.random import next_seed
+from ..ir.graph import map_structure
+from ..ir.registry import get_op
+from ..ir.types import TensorType
+from ..ir.verifier import verify
+from ..runtime.shape_template import LinearSize, NotGeneric
 
 
 def has_seeded_ops(graph) -> bool:

@@ -10,17 +10,19 @@ import argparse
 import functools
 import warnings
 
-from . import GraphnnError, stages
-from .compiler import CompileWarning
-from .compiler import compile as compile_fn
-from .compiled_step import plan_with_updates, step_graph
-from .codegen import numpy_backend
-from .cli_inputs import ALLOCATION_LIMIT, allocated
-from .cli_target import add_target_arguments, pass_names, run_command, traced_target
-from .cli_usage import UsageError
-from .frontend.grad_mode import no_grad
-from .ir import Graph
-from .passes.pipeline import PIPELINE
+from .. import GraphnnError
+
+from ..compiler import stages
+from ..compiler.function import CompileWarning
+from ..compiler.function import compile as compile_fn
+from ..compiler.step import plan_with_updates, step_graph
+from ..codegen.numpy import backend as numpy_backend
+from .inputs import ALLOCATION_LIMIT, allocated
+from .target import add_target_arguments, pass_names, run_command, traced_target
+from .usage import UsageError
+from ..frontend.grad_mode import no_grad
+from ..ir import Graph
+from ..passes.pipeline import PIPELINE
 
 FORMATS = {"text": str, "json": Graph.to_json, "dot": Graph.to_dot}
 STAGES = ("traced", "optimized", "backward", "kernels")
@@ -134,7 +136,7 @@ def _staged_text(graph: Graph, args) -> str:
         return "".join(f"### {r.name} ({r.changed_lines} lines changed)\n{r.diff}"
                        for r in records)
     if args.after:
-        from .ir import parse
+        from ..ir import parse
         return FORMATS[args.format](parse(records[0].text))
     return FORMATS[args.format](final)
 

@@ -1,10 +1,10 @@
-"""``graphnn explain TARGET --input ...``: print ``graphnn.explain``'s report for a model."""
+"""``graphnn explain TARGET --input ...``: print ``graphnn.tools.explain``'s report for a model."""
 from __future__ import annotations
 
 import argparse
 import functools
 
-from .cli_target import add_target_arguments, pass_names, run_command, traced_target
+from .target import add_target_arguments, pass_names, run_command, traced_target
 from .explain import explain
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import re
 
-from . import zeros
-from .cli_usage import UsageError
-from .frontend.tensor import Tensor
-from .frontend.trace_state import placeholder
-from .ir.dtypes import dtype_from_name
-from .ir.types import TensorType
+from .. import zeros
+from .usage import UsageError
+from ..frontend.tensor import Tensor
+from ..frontend.trace_state import placeholder
+from ..ir.dtypes import dtype_from_name
+from ..ir.types import TensorType
 
 MAX_BYTES = 2 ** 63 - 1  # NumPy's limit on an array's size in bytes (zero dimensions count as 1)
 MAX_DIMS = 64  # NumPy's limit on the number of dimensions

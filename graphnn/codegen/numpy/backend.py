@@ -2,7 +2,7 @@
 
 ``generate(graph, plan=None)`` returns the source of a module defining
 ``kernel(inputs, params, buffers)``: one statement per node (``v3 = np.add(v1, v2)  # @fc``),
-each op lowered through ``numpy_lowerings`` (a table of expression templates; ops without a
+each op lowered through ``lowerings`` (a table of expression templates; ops without a
 specialised lowering call the registry's reference implementation, bound into the module as
 ``_op_<name>``, so every op is covered and results have exactly the IR types). ``load(source)``
 executes the source in a fresh module namespace and returns its ``kernel``.
@@ -32,17 +32,17 @@ import numpy as np
 from graphnn.ir import Graph, OpGroup, get_op
 from graphnn.ir.dtypes import DType
 
-from .numpy_common import is_uniform
-from .numpy_lowerings import VIEW_OPS, Lowered, lowering_for
-from .source_text import comment_text, identifier_base
+from .common import is_uniform
+from .lowerings import VIEW_OPS, Lowered, lowering_for
+from ..source_text import comment_text, identifier_base
 
 
 def _version() -> str:
     """``numpy-2+<hash of this backend's sources>``: a cache key part that changes whenever
-    the emitter, the lowering table or the support kernels (every ``numpy_*.py`` here) change."""
+    the emitter, the lowering table or the support kernels (every ``.py`` of this folder) change."""
     from pathlib import Path
     digest = hashlib.sha1()
-    for path in sorted(Path(__file__).parent.glob("numpy_*.py")):
+    for path in sorted(Path(__file__).parent.glob("*.py")):
         digest.update(path.name.encode() + path.read_bytes())
     return f"numpy-2+{digest.hexdigest()[:10]}"
 
@@ -437,7 +437,7 @@ def generate(graph: Graph, plan=None, kernel_id: str | None = None) -> str:
     lines = [f'"""graphnn NumPy kernel ({len(graph.nodes)} nodes; backend {BACKEND_VERSION})."""',
              f"# graph {comment_text(graph.name)}",
              "import numpy as np",
-             "from graphnn.codegen import numpy_support as _rt", ""]
+             "from graphnn.codegen.numpy import support as _rt", ""]
     lines += ctx.header + consts + ["", "",
                                     "def kernel(inputs, params, buffers):",
                                     "    with np.errstate(all='ignore'):"]

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import argparse
 
-from . import __version__, cli_dump_ir, cli_explain, cli_fuzz
+from .. import __version__
+
+from . import dump_ir as cli_dump_ir
+
+from . import explain_command as cli_explain
+
+from . import fuzz_command as cli_fuzz
 
 
 def build_parser() -> argparse.ArgumentParser:

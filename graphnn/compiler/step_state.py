@@ -24,9 +24,9 @@ import functools
 import inspect
 from dataclasses import dataclass
 
-from .frontend.tensor import Tensor
-from .nn.module import Module
-from .optim.optimizer import Optimizer
+from ..frontend.tensor import Tensor
+from ..nn.module import Module
+from ..optim.optimizer import Optimizer
 
 
 @dataclass

@@ -41,20 +41,22 @@ import types
 import warnings
 from dataclasses import dataclass, replace
 
-from . import compiled_step, stages
-from .compiled_random import RandomInputs, has_seeded_ops, lift_random
-from .compiled_results import result_template, to_tensors
-from .compiled_training import TrainingEntry, training_graphs, vjp_training_graphs
+from . import stages
+from . import step as compiled_step
+from .random_inputs import RandomInputs, has_seeded_ops, lift_random
+from .results import result_template, to_tensors
+from .training import TrainingEntry, training_graphs, vjp_training_graphs
 from .dynamic_batch import PROBE_SIZES, DynamicBatch, EveryBatch, program_text
-from .frontend import trace_state
-from .frontend.grad_mode import is_grad_enabled
-from .frontend.tensor import Tensor
-from .ir.graph import flatten_structure
-from .nn import hooks as H
-from .nn.call import root_forward
-from .runtime.artifact import CompiledArtifact
-from .runtime.backends import get_backend
-from .runtime.guards import Signature, describe_change, spec_of, with_dynamic_batch
+from ..frontend import trace_state
+from ..frontend.grad_mode import is_grad_enabled
+from ..frontend.tensor import Tensor
+from ..ir.graph import flatten_structure
+from ..nn import hooks as H
+from ..nn.call import root_forward
+from ..nn.module import Module
+from ..runtime.artifact import CompiledArtifact
+from ..runtime.backends import get_backend
+from ..runtime.guards import Signature, describe_change, spec_of, with_dynamic_batch
 from .step_state import StepState
 
 log = logging.getLogger("graphnn")
@@ -443,10 +445,13 @@ def compile(fn_or_module, backend="numpy", passes=None, disable=None, dynamic=Fa
 
 def compile_module(module, backend="numpy", passes=None, disable=None, dynamic=False,
                    recompile_limit=8):
-    """``Module.compile``: in place, ``module(x)`` then runs the compiled forward (the module's
-    own hooks still run around it, eagerly)."""
+    """``Module.compile``: compile in place; ``module(x)`` then runs the compiled forward (the
+    module's own hooks still run around it, eagerly)."""
     module.__dict__.pop("forward", None)  # compiling again starts from the class forward
     forward = root_forward(module)
     module.__dict__["forward"] = CompiledFunction(
         forward, module, backend=backend, passes=passes, disable=disable, dynamic=dynamic,
         recompile_limit=recompile_limit)
+
+
+Module.compile = compile_module  # the entry point lives with the compiler; nn never imports it

@@ -1,6 +1,6 @@
 """A backend whose kernels run the IR interpreter: slow, but the semantics every backend is
 checked against (tells a code generator bug from a runtime one): ``compile(m,
-backend="reference")``. Same interface as graphnn.codegen.numpy_backend."""
+backend="reference")``. Same interface as graphnn.codegen.numpy.backend."""
 from __future__ import annotations
 
 BACKEND_VERSION = "reference-1"

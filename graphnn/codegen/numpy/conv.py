@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .numpy_common import epilogue_, scratch
-from .numpy_parallel import split
+from .common import epilogue_, scratch
+from .parallel import split
 
 
 def _all_finite(a) -> bool:

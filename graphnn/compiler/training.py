@@ -15,20 +15,22 @@ import functools
 
 import numpy as np
 
-from . import compiled_step, stages
-from .compiled_results import flat_tensors, to_tensors
-from .frontend.compiled_node import attach
-from .frontend.grad_mode import is_grad_enabled
-from .frontend.tensor import Tensor
-from .ir.dtypes import promote_pair
-from .ir.emit import Builder
-from .ir.errors import UnsupportedError
-from .ir.graph import flatten_structure, map_structure
-from .ir.graph_emitter import GraphEmitter
-from .ir.verifier import verify
-from .passes.autodiff import autodiff
-from .passes.partition import partition
-from .passes.pipeline import run_pipeline
+from . import step as compiled_step
+
+from . import stages
+from .results import flat_tensors, to_tensors
+from ..frontend.compiled_node import attach
+from ..frontend.grad_mode import is_grad_enabled
+from ..frontend.tensor import Tensor
+from ..ir.dtypes import promote_pair
+from ..ir.emit import Builder
+from ..ir.errors import UnsupportedError
+from ..ir.graph import flatten_structure, map_structure
+from ..ir.graph_emitter import GraphEmitter
+from ..ir.verifier import verify
+from ..passes.autodiff import autodiff
+from ..passes.partition import partition
+from ..passes.pipeline import run_pipeline
 
 
 class TrainingEntry:

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .frontend.tensor import Tensor
-from .frontend.tracer import trace_with_state
-from .passes.memory_plan import plan_memory
-from .passes.pipeline import run_pipeline
-from .passes.step_autodiff import differentiate_step
+from ..frontend.tensor import Tensor
+from ..frontend.tracer import trace_with_state
+from ..passes.memory_plan import plan_memory
+from ..passes.pipeline import run_pipeline
+from ..passes.step_autodiff import differentiate_step
 
 log = logging.getLogger("graphnn")
 

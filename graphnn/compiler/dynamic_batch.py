@@ -16,11 +16,11 @@ import warnings
 
 import numpy as np
 
-from . import compiled_step
-from .frontend.random import get_rng_state, set_rng_state
-from .frontend.tensor import Tensor
-from .runtime.dynamic_artifact import fit_dynamic_artifact
-from .runtime.shape_template import ShapeTemplate
+from . import step as compiled_step
+from ..frontend.random import get_rng_state, set_rng_state
+from ..frontend.tensor import Tensor
+from ..runtime.dynamic_artifact import fit_dynamic_artifact
+from ..runtime.shape_template import ShapeTemplate
 
 log = logging.getLogger("graphnn")
 

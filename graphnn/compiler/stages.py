@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir.graph import Graph
-from .passes.autodiff import autodiff
-from .passes.partition import PartitionReport, partition
-from .passes.pipeline import PipelineResult, run_pipeline, select_passes
+from ..ir.graph import Graph
+from ..passes.autodiff import autodiff
+from ..passes.partition import PartitionReport, partition
+from ..passes.pipeline import PipelineResult, run_pipeline, select_passes
 
 
 def optimized(graph: Graph, passes=None, disable=None) -> PipelineResult:

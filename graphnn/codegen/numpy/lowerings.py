@@ -34,7 +34,7 @@ from graphnn.ir import get_op
 from graphnn.ir.ops.pool import has_outside_windows
 from graphnn.ir.ops.shape_rules import normalize_dims
 
-from .numpy_common import is_uniform
+from .common import is_uniform
 
 
 @dataclass
@@ -322,7 +322,7 @@ def _conv2d_epilogue(node, args, ctx):
 def _forward_columns(node, ctx) -> str:
     """``, columns='key'`` naming the forward convolution of the same input, same geometry
     and kernel size, scheduled earlier in this kernel, whose im2col columns a weight gradient
-    can use (``numpy_conv.conv2d_weight_grad``); ``""`` when there is none. Only the forward
+    can use (``conv.conv2d_weight_grad``); ``""`` when there is none. Only the forward
     convolution writes the columns under its key, and it runs once per kernel call."""
     x = node.inputs[0]
 

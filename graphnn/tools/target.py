@@ -25,12 +25,12 @@ import typing
 import warnings
 from dataclasses import dataclass
 
-from . import GraphnnError, nn, trace
-from .cli_inputs import ALLOCATION_LIMIT, parse_input
-from .cli_usage import UsageError, fail
-from .compiled_step import trace_function
-from .step_state import StepState
-from .frontend.tracer import TraceError, TraceWarning
+from .. import GraphnnError, nn, trace
+from .inputs import ALLOCATION_LIMIT, parse_input
+from .usage import UsageError, fail
+from ..compiler.step import trace_function
+from ..compiler.step_state import StepState
+from ..frontend.tracer import TraceError, TraceWarning
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .frontend.tensor import Tensor
+from ..frontend.tensor import Tensor
 
 
 def result_template(result):

@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from . import stages
-from .frontend.tracer import trace
-from .ir.graph import Graph
-from .passes.fuse_elementwise import describe_groups
-from .passes.memory_plan import plan_memory
+from ..compiler import stages
+from ..frontend.tracer import trace
+from ..ir.graph import Graph
+from ..passes.fuse_elementwise import describe_groups
+from ..passes.memory_plan import plan_memory
 
 _PATH = re.compile(r'@("(?:[^"\\]|\\.)*"|\S+)')
 

@@ -1,0 +1,1 @@
+"""The reference backend: kernels that run the IR interpreter."""
