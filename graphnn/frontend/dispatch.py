@@ -82,7 +82,7 @@ def _eager_out_types(op, inputs, attrs) -> tuple:
 def _trace(state, op, inputs, attrs, out_types) -> tuple:
     """Record ``op`` into the active trace; shape ops that give views eagerly give views here."""
     outs = state.record(op, inputs, attrs, out_types)
-    if op.name in inplace.VIEW_OPS:
+    if op.view:
         layout = trace_state.view_layout(op.name, inputs[0], attrs)
         if layout is not None:
             outs[0]._layout = layout

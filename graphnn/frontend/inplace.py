@@ -9,7 +9,7 @@ value is written functionally as ``slice_scatter`` (or the inverse ``reshape``/`
 the child's new value, as PyTorch's CopySlices does. A view recorded before a write through
 its base or a sibling is re-derived from its parent the next time it is used.
 
-While tracing, writes take the recording path with values instead of data: a ``VIEW_OPS``
+While tracing, writes take the recording path with values instead of data: a view op's
 output is a view when it would be one eagerly (``trace_state.view_layout`` runs NumPy's view
 rules on the layout alone), and a write rebinds the tensor and its parents to their new graph
 values (``TraceState.write``); no memory is written and no version counter of a concrete
@@ -24,9 +24,6 @@ import numpy as np
 from ..ir.errors import AutogradError, DTypeError, ShapeError, UnsupportedError
 from . import dispatch, trace_state
 from .grad_mode import is_grad_enabled
-
-VIEW_OPS = ("slice", "reshape", "permute", "expand")
-
 
 @dataclass
 class ViewInfo:

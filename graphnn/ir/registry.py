@@ -122,6 +122,8 @@ class OpDef:
     input; ``g`` is the output gradient (a tuple for multi-output ops). ``saves_inputs`` /
     ``saves_outputs`` list the operands the rule reads (None: every input; a ``slice`` selects
     a run of a variadic op's inputs, e.g. ``slice(1, None)`` for "every input but the first").
+    ``view``: the result may share its first input's memory (eagerly a view of it; a backend may
+    alias it, and analyses must treat a write to either as a write to both).
     """
 
     name: str
@@ -134,6 +136,7 @@ class OpDef:
     num_outputs: int = 1
     saves_inputs: tuple | slice | None = None
     saves_outputs: tuple = ()
+    view: bool = False
     doc: str = ""
 
     @property
@@ -214,6 +217,11 @@ def get_op(name: str) -> OpDef:
         return REGISTRY[name]
     except KeyError:
         raise GraphnnError(f"unknown op {name!r}") from None
+
+
+def is_view(name: str) -> bool:
+    """Whether op ``name``'s result may alias its first input (``OpDef.view``)."""
+    return get_op(name).view
 
 
 def ops_in_group(group: OpGroup) -> list[OpDef]:

@@ -33,7 +33,7 @@ from graphnn.ir import Graph, OpGroup, get_op
 from graphnn.ir.dtypes import DType
 
 from .common import is_uniform
-from .lowerings import VIEW_OPS, Lowered, lowering_for
+from .lowerings import Lowered, lowering_for
 from ..source_text import comment_text, identifier_base
 
 
@@ -248,7 +248,7 @@ class _Memory:
     def _viewed_by(self, value):
         """The values that ``value`` views through a chain of view ops, each read only by
         the next."""
-        while value.producer is not None and value.producer.op in VIEW_OPS:
+        while value.producer is not None and get_op(value.producer.op).view:
             value = value.producer.inputs[0]
             if value.name in self.outputs or len(self.readers.get(value.name, ())) != 1:
                 return

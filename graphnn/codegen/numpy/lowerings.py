@@ -61,7 +61,6 @@ UFUNCS = {
     "logical_not": "np.logical_not",
 }
 COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge"}
-VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice"})  # lowered as NumPy views
 LOGICAL = {"logical_and", "logical_or", "logical_xor", "logical_not"}
 FLOAT_GEMM = ("float32", "float64")  # dtypes the GEMM/conv/attention templates take
 
@@ -455,5 +454,5 @@ def specialised_ops() -> list[str]:
 GEMM_OPS = frozenset({"matmul", "matmul_epilogue", "conv2d", "conv2d_epilogue",
                       "conv2d_input_grad", "conv2d_weight_grad"})
 
-__all__ = ["LOWERINGS", "Lowered", "UFUNCS", "VIEW_OPS", "GEMM_OPS", "lowering_for",
+__all__ = ["LOWERINGS", "Lowered", "UFUNCS", "GEMM_OPS", "lowering_for",
            "specialised_ops", "generic"]

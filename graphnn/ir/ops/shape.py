@@ -16,9 +16,10 @@ from ..types import TensorType
 from .shape_rules import checked_shape, fmt_shape, normalize_dim, promoted
 
 
-def _shape_op(name, infer, impl, grad, attrs, *, arity=(1, 1), saves_inputs=(), doc=""):
+def _shape_op(name, infer, impl, grad, attrs, *, arity=(1, 1), saves_inputs=(), view=False,
+              doc=""):
     register(OpDef(name=name, group=OpGroup.SHAPE, infer=infer, impl=impl, grad=grad,
-                   attrs=attrs, arity=arity, saves_inputs=saves_inputs, doc=doc))
+                   attrs=attrs, arity=arity, saves_inputs=saves_inputs, view=view, doc=doc))
 
 
 # ---- reshape, permute, expand -------------------------------------------------------------------
@@ -33,7 +34,8 @@ def _reshape_infer(types, *, shape):
 
 _shape_op("reshape", _reshape_infer, lambda x, *, shape: np.reshape(x, shape),
           lambda b, ctx, g: [b.reshape(g, shape=ctx.input_types[0].shape)],
-          {"shape": Attr("ints")}, doc="same elements in row-major order, new shape")
+          {"shape": Attr("ints")}, view=True,
+          doc="same elements in row-major order, new shape")
 
 
 def _permute_infer(types, *, dims):
@@ -51,7 +53,7 @@ def _grad_permute(b, ctx, g):
 
 
 _shape_op("permute", _permute_infer, lambda x, *, dims: np.transpose(x, dims), _grad_permute,
-          {"dims": Attr("ints")}, doc="reorder dimensions")
+          {"dims": Attr("ints")}, view=True, doc="reorder dimensions")
 
 
 def _expand_infer(types, *, shape):
@@ -66,7 +68,7 @@ def _expand_infer(types, *, shape):
 
 
 _shape_op("expand", _expand_infer, lambda x, *, shape: np.broadcast_to(x, shape),
-          lambda b, ctx, g: [g], {"shape": Attr("ints")},
+          lambda b, ctx, g: [g], {"shape": Attr("ints")}, view=True,
           doc="broadcast size-1 (and new leading) dimensions; a read-only view")
 
 
@@ -102,7 +104,7 @@ def _grad_slice(b, ctx, g):
 
 
 _shape_op("slice", _slice_infer, lambda x, **a: x[_slice_key(**a)], _grad_slice, _SLICE_ATTRS,
-          doc="strided sub-block; a view")
+          view=True, doc="strided sub-block; a view")
 
 
 def _slice_scatter_infer(types, **attrs):
