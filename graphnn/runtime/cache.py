@@ -16,18 +16,17 @@ per directory and process) and kernels are written to a private directory made f
 (``tempfile.mkdtemp``, removed at exit) and loaded from there. An entry file that fails them in
 a trusted directory is warned about the same way and replaced.
 
-A kernel is loaded by importing its file as a module and taking its ``kernel`` (a backend's
-``load(source)`` serves only texts that are no entry: a dynamic kernel's per size), compiled from
-the ``.py`` source at every import: no bytecode is read from or written to ``__pycache__``, so
-a planted ``.pyc`` is never run. An entry that fails to import is deleted and regenerated. The
+A kernel is loaded by its backend's ``load(path)``, which imports the entry file as a module
+(``codegen.backend.import_kernel_file``: compiled from the ``.py`` source at every import, so a
+planted ``.pyc`` is never run); a text that is no entry (a dynamic kernel's per batch size) is
+written to this process's private directory and loaded from there the same way, never from a
+string. An entry that fails to import is deleted and regenerated. The
 cache never calls a kernel: a kernel that raises when called raises to its caller, once.
 """
 from __future__ import annotations
 
 import atexit
 import hashlib
-import importlib.machinery
-import importlib.util
 import logging
 import os
 import shutil
@@ -175,25 +174,10 @@ def _private_fallback_dir() -> str:
         return _fallback_dir
 
 
-class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
-    """Compiles the file's source at every import: reads no bytecode from ``__pycache__`` and
-    writes none there."""
-
-    def get_code(self, fullname):
-        path = self.get_filename(fullname)
-        return self.source_to_code(self.get_data(path), path)
-
-
-def import_kernel(path: str):
-    """Import the file ``path`` as a fresh module (not entered in ``sys.modules``) and return
-    its ``kernel``. When that raises, the file is deleted and the error re-raised."""
-    name = "graphnn_kernel_" + os.path.basename(path)[:16]
-    loader = _SourceOnlyLoader(name, path)
-    module = importlib.util.module_from_spec(
-        importlib.util.spec_from_file_location(name, path, loader=loader))
+def import_kernel(backend, path: str):
+    """``backend.load(path)``; when that raises, the file is deleted and the error re-raised."""
     try:
-        loader.exec_module(module)
-        return module.kernel
+        return backend.load(path)
     except Exception:
         try:
             os.unlink(path)
@@ -202,7 +186,7 @@ def import_kernel(path: str):
         raise
 
 
-def _load_entry(directory: str, key: str):
+def _load_entry(backend, directory: str, key: str):
     """(source, kernel) from ``key``'s entry in the trusted ``directory``, or None when there
     is no usable one (one that fails to import is deleted)."""
     source = read_source(directory, key)
@@ -210,7 +194,7 @@ def _load_entry(directory: str, key: str):
         return None
     path = entry_path(directory, key)
     try:
-        kernel = import_kernel(path)
+        kernel = import_kernel(backend, path)
     except Exception as e:  # noqa: BLE001  (any import error: the entry is not usable)
         log.warning("graphnn: cached kernel %s failed to import (%s: %s); regenerating", path,
                     type(e).__name__, e)
@@ -223,17 +207,17 @@ def _load_entry(directory: str, key: str):
 def get_kernel(graph, backend, plan=None, options: str = ""):
     """(source, kernel) for ``graph``: from memory, from disk, or generated (then stored in the
     cache directory, or in this process's private one when that is not trusted or writable)."""
-    key = cache_key(str(graph), backend.BACKEND_VERSION, options)
+    key = cache_key(str(graph), backend.version, options)
     hit = _remembered(_memory, key)
     if hit is not None:
         return hit
     directory = trusted_cache_dir()
-    loaded = _load_entry(directory, key) if directory is not None else None
+    loaded = _load_entry(backend, directory, key) if directory is not None else None
     if loaded is None:
         source = _generated(lambda: backend.generate(graph, plan))
         path = _try_write(directory, key, source) or \
             write_entry(_private_fallback_dir(), key, source)
-        loaded = source, import_kernel(path)
+        loaded = source, import_kernel(backend, path)
     with _lock:
         _memory[key] = loaded
     return loaded
@@ -259,7 +243,7 @@ def get_source(graph, backend, plan=None, options: str = "", kernel_id=None) -> 
     """The source for ``graph`` without loading it (a dynamic kernel's probes, see
     ``dynamic_artifact``): from memory, from a trusted disk cache (checksum verified), or
     generated with ``kernel_id`` (then stored there)."""
-    key = cache_key(str(graph), backend.BACKEND_VERSION, f"{options};kernel_id={kernel_id}")
+    key = cache_key(str(graph), backend.version, f"{options};kernel_id={kernel_id}")
     hit = _remembered(_sources, key)
     if hit is not None:
         return hit
@@ -275,13 +259,13 @@ def get_source(graph, backend, plan=None, options: str = "", kernel_id=None) -> 
     return source
 
 
-def kernel_from_source(source: str, backend_version: str):
+def kernel_from_source(source: str, backend):
     """Load generated ``source`` (a dynamic kernel written out for one batch size, cheap to
     make again) the way every kernel is loaded: from a file by import, never from a string.
     The file goes to this process's private directory, so the disk cache keeps one entry per
     compiled kernel, not one per batch size."""
-    key = cache_key(source, backend_version, "source")
-    return import_kernel(write_entry(_private_fallback_dir(), key, source))
+    key = cache_key(source, backend.version, "source")
+    return import_kernel(backend, write_entry(_private_fallback_dir(), key, source))
 
 
 def clear_memory() -> None:

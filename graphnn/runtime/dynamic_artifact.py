@@ -132,8 +132,7 @@ class DynamicArtifact:
             if kernel is not None:
                 self._kernels.move_to_end(size)
                 return kernel
-        kernel = cache.kernel_from_source(self.template.instantiate(size),
-                                          self._backend.BACKEND_VERSION)
+        kernel = cache.kernel_from_source(self.template.instantiate(size), self._backend)
         with self._lock:
             self._kernels[size] = kernel
             while len(self._kernels) > KEPT_SIZES:
