@@ -1,4 +1,4 @@
-"""The Builder that gradient rules are written against.
+"""The Builder that gradient rules and decompositions are written against.
 
 A gradient rule never touches NumPy or a Tensor class: it calls registry ops through a
 ``Builder`` (``b.mul(g, x)``, ``b.sum(g, dims=(0,), keepdim=False)``). The eager tape backs the
@@ -113,3 +113,17 @@ class GradContext:
             raise AutogradError(f"{self.op_name}: gradient rule reads output {i}, which the op "
                                 f"does not declare in saves_outputs")
         return value
+
+
+class DecomposeContext:
+    """What a decomposition may read: the op's attributes, operand and result types, operands."""
+
+    def __init__(self, op_name, attrs, input_types, output_types, inputs):
+        self.op_name = op_name
+        self.attrs = attrs
+        self.input_types = input_types
+        self.output_types = output_types
+        self._inputs = inputs
+
+    def input(self, i: int):
+        return self._inputs[i]

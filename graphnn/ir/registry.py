@@ -124,6 +124,11 @@ class OpDef:
     a run of a variadic op's inputs, e.g. ``slice(1, None)`` for "every input but the first").
     ``view``: the result may share its first input's memory (eagerly a view of it; a backend may
     alias it, and analyses must treat a write to either as a write to both).
+    ``decompose(b, ctx)``: the op written in other registry ops through a ``Builder``, as
+    gradient rules are (``ctx`` is a ``DecomposeContext``: attributes, operand types, operands);
+    it returns the list of output values and computes what ``impl`` computes (NaN, inf, empty
+    tensors and dtypes alike). An op with one is *composite*; the others form the core set
+    (``core_ops``) that every backend lowers.
     """
 
     name: str
@@ -137,6 +142,7 @@ class OpDef:
     saves_inputs: tuple | slice | None = None
     saves_outputs: tuple = ()
     view: bool = False
+    decompose: Callable | None = None
     doc: str = ""
 
     @property
@@ -222,6 +228,14 @@ def get_op(name: str) -> OpDef:
 def is_view(name: str) -> bool:
     """Whether op ``name``'s result may alias its first input (``OpDef.view``)."""
     return get_op(name).view
+
+
+def core_ops() -> frozenset:
+    """The core op set: the registry ops without a decomposition.
+
+    A backend lowers these natively (plus any composite op it prefers to); the decompose pass
+    rewrites every other op into them."""
+    return frozenset(name for name, op in REGISTRY.items() if op.decompose is None)
 
 
 def ops_in_group(group: OpGroup) -> list[OpDef]:

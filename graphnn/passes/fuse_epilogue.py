@@ -36,6 +36,7 @@ import networkx as nx
 from ..ir.graph import Graph, Node, Value
 from ..ir.ops.shape_rules import fmt_shape
 from ..ir.printer import ROOT_SCOPE
+from ..ir.ops.epilogue import activation_named
 from ..ir.registry import OpGroup, get_op
 from ..ir.rewrite import Rewriter
 
@@ -81,12 +82,10 @@ def _anchor_of(node: Node) -> Anchor | None:
 
 
 def _activation_of(node: Node) -> str | None:
-    """The fused op's activation name for an elementwise activation node (silu aside)."""
+    """The fused op's ``activation`` applying ``node``'s elementwise op (gated ones aside)."""
     if get_op(node.op).group is not OpGroup.ELEMENTWISE:
         return None
-    if node.op == "gelu":
-        return "gelu_tanh" if node.attrs["approximate"] == "tanh" else "gelu"
-    return node.op if node.op in ("relu", "tanh") else None
+    return activation_named(node.op, node.attrs)
 
 
 # ---- chains and steps ----------------------------------------------------------------------------
@@ -154,7 +153,7 @@ def dtype_change(fuser, chain, node):
     if node.op != "cast" or chain.activation != "none":
         return None
     beyond = [u for u in fuser.users(node.outputs[0])
-              if u.op in ("add", "sigmoid") or _activation_of(u)]
+              if u.op == "add" or _activation_of(u) or activation_named(u.op, u.attrs, True)]
     if not beyond:
         return None
     return Refusal(beyond[0], f"a cast to {node.attrs['dtype'].name} ({describe(node)}) stands "
@@ -198,20 +197,21 @@ def elementwise_activation(fuser, chain, node):
     return Step((node,), "activation", activation=act)
 
 
-def silu(fuser, chain, node):
-    """``mul(v, sigmoid(v))``, matched at the sigmoid."""
-    if node.op != "sigmoid" or chain.activation != "none":
+def gated_activation(fuser, chain, node):
+    """``mul(v, op(v))`` for a gated activation (silu: ``mul(v, sigmoid(v))``), matched at op."""
+    act = activation_named(node.op, node.attrs, gated=True)
+    if act is None or chain.activation != "none":
         return None
     s, v = node.outputs[0], chain.value
     muls = [u for u in fuser.users(s)
             if u.op == "mul" and sorted(x.name for x in u.inputs) == sorted((s.name, v.name))]
     if not muls:
         return None
-    return Step((node, muls[0]), "activation", activation="silu", label="silu (sigmoid, mul)")
+    return Step((node, muls[0]), "activation", activation=act, label=f"{act} ({node.op}, mul)")
 
 
 RULES = (already_fused, after_activation, dtype_change, epilogue_add, elementwise_activation,
-         silu)
+         gated_activation)
 
 
 # ---- the matcher -------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from graphnn.ir import get_op
+from graphnn.ir.ops.epilogue import ACTIVATION_OPS
 
 
 def is_uniform(array) -> bool:
@@ -23,19 +24,24 @@ def scratch(buffers, key, shape, dt, fill=None):
     return a
 
 
+# registry ops whose reference implementation is a NumPy ufunc that can write in place
+_IN_PLACE = {"relu": lambda out: np.maximum(out, np.zeros((), out.dtype), out=out),
+             "tanh": lambda out: np.tanh(out, out=out)}
+
+
 def activate_(out, activation: str):
-    """The fused ops' activation applied in place, with the reference implementations' maths."""
-    if activation == "relu":
-        np.maximum(out, np.zeros((), out.dtype), out=out)
-    elif activation == "tanh":
-        np.tanh(out, out=out)
-    elif activation == "silu":
-        out *= get_op("sigmoid").impl(out)
-    elif activation in ("gelu", "gelu_tanh"):
-        approximate = "tanh" if activation == "gelu_tanh" else "none"
-        out[...] = get_op("gelu").impl(out, approximate=approximate)
-    elif activation != "none":
-        raise ValueError(f"numpy backend: unknown activation {activation!r}")
+    """The fused ops' activation (``ACTIVATION_OPS``: a registry op) applied to ``out`` in
+    place: by the op's ufunc where it has one, else by its reference implementation."""
+    act = ACTIVATION_OPS[activation]
+    if act.op is None:
+        return out
+    if act.op in _IN_PLACE and not act.attrs and not act.gated:
+        return _IN_PLACE[act.op](out)
+    y = get_op(act.op).impl(out, **act.attrs)
+    if act.gated:
+        out *= y
+    else:
+        out[...] = y
     return out
 
 

@@ -14,6 +14,7 @@ from ..dtypes import bool_, float16, float32, scalar_result_type
 from ..errors import DTypeError
 from ..registry import Attr, NotDifferentiable, OpDef, OpGroup, register, type_of_array
 from ..types import TensorType
+from .compute import as_dtype, compute_dtype, upcast
 from .shape_rules import broadcast_shapes, float_of, promoted
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -72,9 +73,10 @@ def _make_impl(name, fn, result, data_from):
 
 
 def elementwise(name, fn, grad, *, arity=1, result="promote", attrs=None, saves_inputs=None,
-                saves_outputs=(), data_from=0, check=None, doc=""):
+                saves_outputs=(), data_from=0, check=None, decompose=None, doc=""):
     """Register one broadcasting elementwise op; ``data_from`` skips leading non-data inputs,
-    ``check(types)`` rejects operands beyond what broadcasting and ``result`` reject."""
+    ``check(types)`` rejects operands beyond what broadcasting and ``result`` reject;
+    ``decompose``: its decomposition (``OpDef.decompose``), for composite ops."""
     def infer(types, **attrs):
         if check is not None:
             check(types)
@@ -84,7 +86,7 @@ def elementwise(name, fn, grad, *, arity=1, result="promote", attrs=None, saves_
     return register(OpDef(name=name, group=OpGroup.ELEMENTWISE, infer=infer,
                           impl=_make_impl(name, fn, result, data_from), grad=grad,
                           attrs=attrs or {}, arity=(arity, arity), saves_inputs=saves_inputs,
-                          saves_outputs=saves_outputs, doc=doc))
+                          saves_outputs=saves_outputs, decompose=decompose, doc=doc))
 
 
 def _zero_where(b, cond, g):
@@ -109,8 +111,15 @@ def _sub_dtype(name, types, attrs):
     return promoted(types)
 
 
+def _decompose_sub(b, ctx):
+    """x + (-y), both in the compute dtype first (mixed signedness would wrap -y otherwise)."""
+    out = ctx.output_types[0].dtype
+    x, y = (as_dtype(b, ctx.input(i), compute_dtype(out)) for i in (0, 1))
+    return [as_dtype(b, b.add(x, b.neg(y)), out)]
+
+
 elementwise("sub", np.subtract, lambda b, ctx, g: [g, b.neg(g)], arity=2, result=_sub_dtype,
-            saves_inputs=(), doc="x - y")
+            saves_inputs=(), decompose=_decompose_sub, doc="x - y")
 
 
 def _grad_mul(b, ctx, g):
@@ -259,7 +268,14 @@ def _grad_rsqrt(b, ctx, g):
     return [b.mul(g, b.mul(cube, b.scalar(-0.5, b.dtype(out))))]
 
 
-elementwise("rsqrt", _rsqrt, _grad_rsqrt, result="float", saves_inputs=(), saves_outputs=(0,))
+def _decompose_rsqrt(b, ctx):
+    out = ctx.output_types[0].dtype
+    root = b.sqrt(upcast(b, ctx.input(0)))
+    return [as_dtype(b, b.div(b.scalar(1.0, b.dtype(root)), root), out)]
+
+
+elementwise("rsqrt", _rsqrt, _grad_rsqrt, result="float", saves_inputs=(), saves_outputs=(0,),
+            decompose=_decompose_rsqrt)
 
 
 def _sign(x):
@@ -321,8 +337,15 @@ def _grad_relu(b, ctx, g):
     return [_zero_where(b, b.le(ctx.output(), b.scalar(0, b.dtype(g))), g)]
 
 
+def _decompose_relu(b, ctx):
+    """where(x <= 0, 0, x): NaN stays NaN and -0.0 gives 0.0, as np.maximum(x, 0) does."""
+    x = ctx.input(0)
+    zero = b.scalar(0, b.dtype(x))
+    return [b.where(b.le(x, zero), zero, x)]
+
+
 elementwise("relu", _relu, _grad_relu, result="promote_nonbool", saves_inputs=(),
-            saves_outputs=(0,), doc="max(x, 0)")
+            saves_outputs=(0,), decompose=_decompose_relu, doc="max(x, 0)")
 
 
 def _gelu(x, *, approximate):
@@ -351,7 +374,22 @@ def _grad_gelu(b, ctx, g):
     return [b.mul(g, b.add(cdf, b.mul(x, pdf)))]
 
 
-elementwise("gelu", _gelu, _grad_gelu, result="float_only",
+def _decompose_gelu(b, ctx):
+    """``_gelu``'s formula step by step, float16 through float32."""
+    x = upcast(b, ctx.input(0))
+
+    def c(v):
+        return b.scalar(v, b.dtype(x))
+    if ctx.attrs["approximate"] == "tanh":
+        cube = b.pow(x, c(3))
+        inner = b.mul(c(_SQRT_2_OVER_PI), b.add(x, b.mul(c(_GELU_TANH_COEF), cube)))
+        phi2 = b.add(c(1.0), b.tanh(inner))
+    else:
+        phi2 = b.add(c(1.0), b.erf(b.div(x, c(math.sqrt(2.0)))))
+    return [as_dtype(b, b.mul(b.mul(c(0.5), x), phi2), ctx.output_types[0].dtype)]
+
+
+elementwise("gelu", _gelu, _grad_gelu, result="float_only", decompose=_decompose_gelu,
             attrs={"approximate": Attr("str", "none", ("none", "tanh"))},
             doc="x * Phi(x), exactly (erf) or with the tanh approximation")
 

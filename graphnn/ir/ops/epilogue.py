@@ -5,15 +5,21 @@ compute ``act(anchor + bias + residual)``, where the anchor is ``conv2d`` (bias 
 ``[out_channels]``, broadcast over the channel dim) or ``matmul`` (bias of shape ``[N]``,
 broadcast over the result's last dim); the residual has exactly the result's shape. The boolean
 attributes ``bias`` and ``residual`` say which optional operands are present (in that order);
-``activation`` is one of ``ACTIVATIONS``. Made by the epilogue-fusion pass.
+``activation`` is a key of ``ACTIVATION_OPS``, which names the registry op (and its attributes)
+applied: ``act(z) = op(z)``, or ``z * op(z)`` for a gated one (silu is ``z * sigmoid(z)``).
+Made by the epilogue-fusion pass.
 
-The reference implementation runs the anchor's own implementation and then applies the epilogue
-in place, in the anchor's compute dtype (float16 through float32, rounded once at the end). The
-gradient rule reuses the anchor's rule for the anchor's operands and the activation ops' rules
-for the epilogue: relu and tanh read the saved output; gelu and silu recompute the
-pre-activation with one fused node (activation ``none``).
+The reference implementation runs the anchor's own implementation, applies bias and residual in
+place and then the activation op's own implementation, in the anchor's compute dtype (float16
+through float32, rounded once at the end). The gradient rule reuses the anchor's rule for the
+anchor's operands and the activation op's rule for the epilogue: an op whose rule reads only
+its output (relu, tanh) reads the saved fused output; the others recompute the pre-activation
+with one fused node (activation ``none``). The decomposition is the anchor, adds and the
+activation op as separate registry ops.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -21,12 +27,46 @@ from ..emit import GradContext
 from ..errors import AttributeError_, DTypeError, ShapeError
 from ..registry import Attr, OpDef, OpGroup, get_op, register
 from ..types import TensorType
+from .compute import as_dtype, upcast
 from .contraction import _matmul, matmul_shape
 from .conv import _GEOMETRY, _conv2d, _conv_shape
-from .elementwise import _gelu, _sigmoid
 from .shape_rules import fmt_shape
 
-ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu", "tanh")
+
+@dataclass(frozen=True)
+class Activation:
+    """An epilogue activation: registry op ``op`` with ``attrs`` applied to the pre-activation
+    z (``op(z)``; ``z * op(z)`` when ``gated``); ``op`` None is the identity."""
+
+    op: str | None
+    attrs: dict = field(default_factory=dict)
+    gated: bool = False
+
+
+# the ``activation`` attribute's values (the names the IR text prints) and what each applies
+ACTIVATION_OPS = {"none": Activation(None), "relu": Activation("relu"),
+               "gelu": Activation("gelu", {"approximate": "none"}),
+               "gelu_tanh": Activation("gelu", {"approximate": "tanh"}),
+               "silu": Activation("sigmoid", gated=True), "tanh": Activation("tanh")}
+ACTIVATIONS = tuple(ACTIVATION_OPS)
+
+
+def activation_named(op: str, attrs: dict, gated: bool = False) -> str | None:
+    """The ``activation`` value applying registry op ``op`` with ``attrs`` (None: no such)."""
+    for name, act in ACTIVATION_OPS.items():
+        if act.op == op and act.attrs == dict(attrs) and act.gated == gated:
+            return name
+    return None
+
+
+def apply_activation(b, z, activation: str):
+    """``activation`` applied to value ``z`` through Builder ``b``."""
+    act = ACTIVATION_OPS[activation]
+    if act.op is None:
+        return z
+    y = getattr(b, act.op)(z, **act.attrs)
+    return b.mul(z, y) if act.gated else y
+
 
 _EPILOGUE_ATTRS = {"bias": Attr("bool", False), "residual": Attr("bool", False),
                    "activation": Attr("str", "none", ACTIVATIONS)}
@@ -92,22 +132,17 @@ def _matmul_epilogue_infer(types, *, bias, residual, activation):
 
 # ---- reference implementations -----------------------------------------------------------------
 
-def _silu_(out):
-    out *= _sigmoid(out)
-    return out
-
-
-def _tanh_(out):
-    return np.tanh(out, out=out)
-
-
-def _relu_(out):
-    return np.maximum(out, np.zeros((), out.dtype), out=out)
-
-
-_ACTIVATE = {"none": lambda out: out, "relu": _relu_, "tanh": _tanh_, "silu": _silu_,
-             "gelu": lambda out: _gelu(out, approximate="none"),
-             "gelu_tanh": lambda out: _gelu(out, approximate="tanh")}
+def activate(out: np.ndarray, activation: str) -> np.ndarray:
+    """``activation`` applied to array ``out`` by its op's reference implementation (a gated
+    one multiplies into ``out`` in place)."""
+    act = ACTIVATION_OPS[activation]
+    if act.op is None:
+        return out
+    y = get_op(act.op).impl(out, **act.attrs)
+    if act.gated:
+        out *= y
+        return out
+    return y
 
 
 def _apply_epilogue(out, bias, bias_shape, residual, activation):
@@ -117,7 +152,7 @@ def _apply_epilogue(out, bias, bias_shape, residual, activation):
         out += bias.astype(out.dtype, copy=False).reshape(bias_shape)
     if residual is not None:
         out += residual.astype(out.dtype, copy=False)
-    return _ACTIVATE[activation](out)
+    return activate(out, activation)
 
 
 def _conv2d_epilogue(x, w, *rest, bias, residual, activation, **geo):
@@ -145,25 +180,20 @@ def _pre_activation(b, ctx):
     return getattr(b, ctx.op_name)(*inputs, **dict(ctx.attrs, activation="none"))
 
 
-def _silu_grad(b, z, g):
-    """d/dz z*sigmoid(z) = s * (1 + z * (1 - s))."""
-    s = b.sigmoid(z)
-    one = b.scalar(1, b.dtype(g))
-    return b.mul(g, b.mul(s, b.add(one, b.mul(z, b.sub(one, s)))))
-
-
 def _activation_grad(b, ctx, g):
-    """The gradient with respect to the pre-activation value."""
-    act, t = ctx.attrs["activation"], ctx.output_types[0]
-    if act == "none":
+    """The gradient with respect to the pre-activation value z, by the activation op's rule:
+    ``op'(z) g``, or ``op(z) g + op'(z) z g`` for a gated activation ``z * op(z)``."""
+    act, t = ACTIVATION_OPS[ctx.attrs["activation"]], ctx.output_types[0]
+    if act.op is None:
         return g
-    if act in ("relu", "tanh"):
-        return _unary_rule(b, act, {}, t, g, y=ctx.output())
+    op = get_op(act.op)
+    if not act.gated and not op.saved_input_indices(1):  # the rule reads op(z): the output
+        return _unary_rule(b, act.op, act.attrs, t, g, y=ctx.output())
     z = _pre_activation(b, ctx)
-    if act == "silu":
-        return _silu_grad(b, z, g)
-    approximate = "tanh" if act == "gelu_tanh" else "none"
-    return _unary_rule(b, "gelu", {"approximate": approximate}, t, g, x=z)
+    y = getattr(b, act.op)(z, **act.attrs) if op.saves_outputs or act.gated else None
+    if not act.gated:
+        return _unary_rule(b, act.op, act.attrs, t, g, x=z, y=y)
+    return b.add(b.mul(g, y), _unary_rule(b, act.op, act.attrs, t, b.mul(g, z), x=z, y=y))
 
 
 def _grad_epilogue(anchor: str, bias_grad):
@@ -183,6 +213,26 @@ def _grad_epilogue(anchor: str, bias_grad):
     return rule
 
 
+# ---- decompositions ----------------------------------------------------------------------------
+
+def _decompose_epilogue(anchor: str, bias_shape):
+    """The decomposition of a fused op whose anchor is registry op ``anchor``:
+    ``act(anchor(p, q) + reshape(bias) + residual)``, float16 through float32 as the reference."""
+    def rule(b, ctx):
+        attrs = ctx.attrs
+        operands = [upcast(b, ctx.input(i)) for i in range(len(ctx.input_types))]
+        p, q, bias, residual = _split(operands, attrs["bias"], attrs["residual"])
+        anchor_attrs = {k: v for k, v in attrs.items() if k not in _EPILOGUE_ATTRS}
+        out = getattr(b, anchor)(p, q, **anchor_attrs)
+        if bias is not None:
+            out = b.add(out, b.reshape(bias, shape=bias_shape(b.shape(out))))
+        if residual is not None:
+            out = b.add(out, residual)
+        out = apply_activation(b, out, attrs["activation"])
+        return [as_dtype(b, out, ctx.output_types[0].dtype)]
+    return rule
+
+
 def _conv_bias_grad(b, gz):
     return b.sum(gz, dims=(0, 2, 3), keepdim=False)
 
@@ -194,9 +244,11 @@ def _matmul_bias_grad(b, gz):
 register(OpDef(name="conv2d_epilogue", group=OpGroup.FUSED, infer=_conv2d_epilogue_infer,
                impl=_conv2d_epilogue, grad=_grad_epilogue("conv2d", _conv_bias_grad),
                attrs={**_GEOMETRY, **_EPILOGUE_ATTRS}, arity=(2, 4), saves_outputs=(0,),
+               decompose=_decompose_epilogue("conv2d", lambda out: (1, out[1], 1, 1)),
                doc="act(conv2d(x, w) + bias[channel] + residual)"))
 
 register(OpDef(name="matmul_epilogue", group=OpGroup.FUSED, infer=_matmul_epilogue_infer,
                impl=_matmul_epilogue, grad=_grad_epilogue("matmul", _matmul_bias_grad),
                attrs=dict(_EPILOGUE_ATTRS), arity=(2, 4), saves_outputs=(0,),
+               decompose=_decompose_epilogue("matmul", lambda out: out[-1:]),
                doc="act(matmul(a, b) + bias[last dim] + residual)"))

@@ -13,6 +13,7 @@ from ..dtypes import int64
 from ..errors import DTypeError, ShapeError
 from ..registry import Attr, NotDifferentiable, OpDef, OpGroup, register
 from ..types import TensorType
+from .compute import as_dtype, upcast
 from .shape_rules import float_of, normalize_dim, normalize_dims, reduced_shape
 
 _DIMS = {"dims": Attr("optional_ints", None), "keepdim": Attr("bool", False)}
@@ -47,7 +48,7 @@ def _count(ctx):
 
 
 def _reduction(name, impl, grad, out_dtype, *, attrs=None, nonempty=False, saves_inputs=None,
-               saves_outputs=(), doc=""):
+               saves_outputs=(), decompose=None, doc=""):
     def infer(types, *, dims, keepdim, **_):
         t = types[0]
         nd = normalize_dims(name, dims, t.ndim)
@@ -61,7 +62,7 @@ def _reduction(name, impl, grad, out_dtype, *, attrs=None, nonempty=False, saves
 
     register(OpDef(name=name, group=OpGroup.REDUCTION, infer=infer, impl=run, grad=grad,
                    attrs={**_DIMS, **(attrs or {})}, saves_inputs=saves_inputs,
-                   saves_outputs=saves_outputs, doc=doc))
+                   saves_outputs=saves_outputs, decompose=decompose, doc=doc))
 
 
 def _sum_dtype(op, t):
@@ -97,7 +98,14 @@ def _grad_mean(b, ctx, g):
     return [b.div(_unreduce(b, ctx, g), b.scalar(max(_count(ctx), 1), b.dtype(g)))]
 
 
-_reduction("mean", _mean, _grad_mean, _float_only, saves_inputs=())
+def _decompose_mean(b, ctx):
+    """sum / count, float16 through float32 (0 / 0 is NaN for an empty reduction)."""
+    total = b.sum(upcast(b, ctx.input(0)), dims=ctx.attrs["dims"], keepdim=ctx.attrs["keepdim"])
+    mean = b.div(total, b.scalar(_count(ctx), b.dtype(total)))
+    return [as_dtype(b, mean, ctx.output_types[0].dtype)]
+
+
+_reduction("mean", _mean, _grad_mean, _float_only, saves_inputs=(), decompose=_decompose_mean)
 
 
 def _grad_extreme(b, ctx, g):
@@ -150,9 +158,20 @@ def _grad_std(b, ctx, g):
     return _grad_var(b, ctx, b.where(b.eq(std, zero), zero, g_var))
 
 
+def _decompose_var(b, ctx):
+    """sum((x - mean)^2) / max(N - correction, 0), float16 through float32."""
+    x, dims = upcast(b, ctx.input(0)), ctx.attrs["dims"]
+    centered = b.sub(x, b.mean(x, dims=dims, keepdim=True))
+    total = b.sum(b.mul(centered, centered), dims=dims, keepdim=ctx.attrs["keepdim"])
+    dof = b.scalar(max(_count(ctx) - ctx.attrs["correction"], 0), b.dtype(total))
+    return [as_dtype(b, b.div(total, dof), ctx.output_types[0].dtype)]
+
+
 _CORRECTION = {"correction": Attr("int", 1)}
-_reduction("var", _var, _grad_var, _float_only, attrs=_CORRECTION,
+_reduction("var", _var, _grad_var, _float_only, attrs=_CORRECTION, decompose=_decompose_var,
            doc="sum((x - mean)^2) / (N - correction)")
+# std stays core: sqrt(var) has an infinite derivative where std is 0, and std's gradient
+# there is 0 (as PyTorch's)
 _reduction("std", _std, _grad_std, _float_only, attrs=_CORRECTION, saves_outputs=(0,),
            doc="sqrt(var)")
 
@@ -172,9 +191,23 @@ def _grad_logsumexp(b, ctx, g):
     return [b.mul(_unreduce(b, ctx, g), b.exp(b.sub(x, b.reshape(out, shape=shape))))]
 
 
+def _decompose_logsumexp(b, ctx):
+    """log(sum(exp(x - m))) + m with m the maximum where it is finite, else 0 (in the result
+    dtype, as ``_logsumexp``: float16 rounds after each step there too)."""
+    dims, keepdim, t = ctx.attrs["dims"], ctx.attrs["keepdim"], ctx.input_types[0]
+    x = as_dtype(b, ctx.input(0), ctx.output_types[0].dtype)
+    if t.numel == 0:
+        return [b.log(b.sum(b.exp(x), dims=dims, keepdim=keepdim))]
+    dt = b.dtype(x)
+    top = b.amax(x, dims=dims, keepdim=True)
+    top = b.where(b.lt(b.abs(top), b.scalar(float("inf"), dt)), top, b.scalar(0, dt))
+    out = b.add(b.log(b.sum(b.exp(b.sub(x, top)), dims=dims, keepdim=True)), top)
+    return [out if keepdim else b.reshape(out, shape=ctx.output_types[0].shape)]
+
+
 _reduction("logsumexp", lambda x, a, k: _logsumexp(x.astype(_float_np(x)), a, k),
            _grad_logsumexp, lambda op, t: float_of(t.dtype), saves_outputs=(0,),
-           doc="log(sum(exp(x))), computed stably")
+           decompose=_decompose_logsumexp, doc="log(sum(exp(x))), computed stably")
 
 
 def _float_np(x):
@@ -301,8 +334,26 @@ def _grad_log_softmax(b, ctx, g):
     return [b.sub(g, b.mul(b.exp(y), total))]
 
 
+def _decompose_softmax(log: bool):
+    """``_softmax`` / ``_log_softmax`` step by step, float16 through float32."""
+    def rule(b, ctx):
+        x, t, dim = upcast(b, ctx.input(0)), ctx.input_types[0], ctx.attrs["dim"]
+        if t.ndim == 0:
+            z = b.sub(x, x)
+        elif t.shape[dim] == 0:
+            z = x  # nothing to shift (and no maximum of an empty dim)
+        else:
+            z = b.sub(x, b.amax(x, dims=(dim,), keepdim=True))
+        e = b.exp(z)
+        total = b.sum(e, dims=(dim,), keepdim=True) if t.ndim else e
+        out = b.sub(z, b.log(total)) if log else b.div(e, total)
+        return [as_dtype(b, out, ctx.output_types[0].dtype)]
+    return rule
+
+
 for _name, _impl, _grad in (("softmax", _softmax, _grad_softmax),
                             ("log_softmax", _log_softmax, _grad_log_softmax)):
     register(OpDef(name=_name, group=OpGroup.NORMALIZATION, infer=_softmax_infer(_name),
                    impl=_impl, grad=_grad, attrs={"dim": Attr("int")}, saves_inputs=(),
-                   saves_outputs=(0,), doc=f"numerically stable {_name} along dim"))
+                   saves_outputs=(0,), decompose=_decompose_softmax(_name == "log_softmax"),
+                   doc=f"numerically stable {_name} along dim"))
