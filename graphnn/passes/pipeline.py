@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from ..ir.errors import GraphnnError
 from ..ir.graph import Graph
 from ..ir.verifier import verify
+from .contraction_layout import contraction_layout
 from .cse import eliminate_common_subexpressions
 from .dce import eliminate_dead_code
 from .fold_constants import fold_constants
@@ -33,6 +34,7 @@ PIPELINE = [
     ("fuse_attention", fuse_attention),
     ("share_attention_probabilities", share_attention_probabilities),
     ("fuse_epilogue", fuse_epilogue),
+    ("contraction_layout", contraction_layout),
     ("dce", eliminate_dead_code),
     ("fuse_elementwise", fuse_elementwise),
 ]

@@ -17,8 +17,8 @@ that holds: every data operand has the compute dtype, results are not 0-d (but f
 reductions, whose 0-d results are made arrays), and float16 is computed in float32
 (``dtype=np.float32``) and rounded once, as the reference does. GEMM-based
 lowerings (``matmul`` and ``matmul_epilogue`` with the leading dims of a 3-D+ operand folded
-into one GEMM, a batched ``matmul`` summed over its batch by the next node as one GEMM over the
-batch; ``conv2d``/``conv2d_epilogue`` as im2col + GEMMs with the bias folded in;
+into one GEMM (a batched product summed over its batch is one GEMM already: the
+``contraction_layout`` pass rewrites it); ``conv2d``/``conv2d_epilogue`` as im2col + GEMMs with the bias folded in;
 ``conv2d_weight_grad``/``conv2d_input_grad`` as GEMMs with im2col/col2im or a transposed
 convolution) sum in another order: equal to the interpreter within 1e-5 relative (float32),
 listed in ``GEMM_OPS``.
@@ -223,59 +223,10 @@ def _gemm_ok(node) -> bool:
     return _nonscalar(node) and all(_dtype_name(v) in FLOAT_GEMM for v in node.inputs)
 
 
-def _read_transposed(node, ctx) -> bool:
-    """The result, (M, N) or (1.., M, N), is returned fresh and read only by its transpose
-    (after a reshape to (M, N)): computing it as ``(B^T A^T)^T`` hands out that transpose
-    C-contiguous (a weight gradient)."""
-    value = node.outputs[0]
-    if not ctx.returned_fresh(value):
-        return False
-    readers = ctx.readers(value)
-    if len(readers) == 1 and readers[0].op == "reshape" and \
-            tuple(readers[0].outputs[0].type.shape) == tuple(value.type.shape[-2:]):
-        readers = ctx.readers(readers[0].outputs[0])
-    return len(readers) == 1 and readers[0].op == "permute" and \
-        tuple(readers[0].attrs["dims"]) == (1, 0)
-
-
-def _batch_sum(matmul, ctx):
-    """The node summing ``matmul``'s batched products over all batch dims, when it is the
-    next node and the products' only reader (one GEMM with the batch folded into the
-    contraction then computes both), else None."""
-    if matmul.op != "matmul" or not _gemm_ok(matmul):
-        return None
-    a, b = (v.type for v in matmul.inputs)
-    readers = ctx.readers(matmul.outputs[0])
-    if a.ndim < 3 or a.shape[:-2] != b.shape[:-2] or len(readers) != 1 or \
-            ctx.position(readers[0]) != ctx.position(matmul) + 1:
-        return None
-    total = readers[0]
-    if total.op != "sum" or not _float_in(total):
-        return None
-    dims = normalize_dims("sum", total.attrs["dims"], a.ndim)
-    return total if sorted(dims) == list(range(a.ndim - 2)) else None
-
-
 def _matmul(node, args, ctx):
     if not _gemm_ok(node):
         return None
-    if _batch_sum(node, ctx):
-        return Lowered(f"{args[0]} @ {args[1]}, summed over the batch by the next statement",
-                       folded=True)
-    if all(v.type.ndim == 2 for v in node.inputs) and _read_transposed(node, ctx):
-        return f"np.matmul({args[1]}.T, {args[0]}.T).T"
     return f"_rt.matmul_epilogue({', '.join(args)}{ctx.out_arg(node)})"
-
-
-def _sum(node, args, ctx):
-    producer = node.inputs[0].producer
-    if producer is None or _batch_sum(producer, ctx) is not node:
-        return _reduce("np.sum")(node, args, ctx)
-    a, b = (ctx.name(v) for v in producer.inputs)
-    keepdim = node.attrs["keepdim"]
-    if _read_transposed(node, ctx):
-        return f"_rt.batch_summed_matmul({a}, {b}, {keepdim}, transposed=True)"
-    return f"_rt.batch_summed_matmul({a}, {b}, {keepdim}{ctx.out_arg(node)})"
 
 
 def _split(node, args):
@@ -425,7 +376,7 @@ LOWERINGS.update({
     "relu": _relu, "rsqrt": _rsqrt, "where": _where, "cast": _cast,
     "reshape": _reshape, "permute": _permute, "expand": _expand, "slice": _slice,
     "slice_scatter": _slice_scatter,
-    "sum": _sum, "amax": _reduce("np.amax"), "amin": _reduce("np.amin"),
+    "sum": _reduce("np.sum"), "amax": _reduce("np.amax"), "amin": _reduce("np.amin"),
     "mean": _mean, "softmax": _softmax, "log_softmax": _softmax,
     "matmul": _matmul, "matmul_epilogue": _matmul_epilogue,
     "conv2d": _conv2d, "conv2d_epilogue": _conv2d_epilogue,

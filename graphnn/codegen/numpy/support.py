@@ -103,24 +103,6 @@ def matmul_epilogue(a, b, bias=None, residual=None, *, activation="none", out=No
     return epilogue_(out, bias, (-1,), residual, activation)
 
 
-def batch_summed_matmul(a, b, keepdim, transposed=False, out=None):
-    """``(a @ b)`` summed over its batch dims (``a``, ``b`` of equal batch shapes): one GEMM
-    with the batch folded into the contraction, ``[a_0 .. a_B] @ [b_0; ..; b_B]``.
-    ``transposed``: computed as ``(B^T A^T)^T`` into a fresh array, whose transpose is
-    C-contiguous."""
-    m, n = a.shape[-2], b.shape[-1]
-    k = math.prod(a.shape[:-2]) * a.shape[-1]
-    a2 = np.moveaxis(a, -2, 0).reshape(m, k)
-    b2 = b.reshape(k, n)
-    shape = (1,) * (a.ndim - 2) + (m, n) if keepdim else (m, n)
-    if transposed:
-        return np.matmul(b2.T, a2.T).T.reshape(shape)
-    if out is None:
-        out = np.empty(shape, a.dtype)
-    np.matmul(a2, b2, out=out.reshape(m, n))
-    return out
-
-
 # ---- pooling -------------------------------------------------------------------------------------
 
 def max_pool2d(x, *, kernel_size, stride, padding, dilation, ceil_mode, indices=True,
