@@ -168,7 +168,7 @@ def test_help_explains_with_an_example(runs):
     assert result.returncode == 0
     text = result.stdout
     for phrase in ("usage: graphnn dump-ir", "TARGET", "--input SHAPE[:DTYPE]", "--train",
-                   "eval mode", "--format {text,json,dot}", "--stage {traced,optimized,backward,kernels}",
+                   "eval mode", "--format {text,json,dot}", "--stage {traced,optimized,backward,schedule,kernels}",
                    "graphnn dump-ir examples/models.py:SmallCNN --input 8x3x32x32"):
         assert phrase in text
 

@@ -189,12 +189,17 @@ def test_specialised_templates_are_used(name, template):
     assert template in generate(graph)
 
 
-def test_fused_groups_are_in_place_ufunc_chains():
+def test_fused_kernels_are_in_place_ufunc_chains():
+    from graphnn.passes.memory_plan import plan_memory
     graph, _, _ = _optimized_case("encoder")
-    source = generate(graph)
-    fused = [ln for ln in source.splitlines() if "fuse=g" in ln and "= np." in ln]
-    assert fused and all("out=b" in ln for ln in fused), "\n".join(fused)
-    assert "# fused group g0" in source
+    plan = plan_memory(graph)
+    source = generate(graph, plan)
+    fused = [k for k in plan.schedule.kernels if len(k.nodes) > 1]
+    assert fused
+    for k in fused:
+        assert f"# kernel {k.name} {k.kind.value}: {len(k.nodes)} nodes" in source
+        lines = [ln for ln in source.splitlines() if ln.endswith(f" {k.name}") and "= np." in ln]
+        assert all("out=b" in ln for ln in lines), "\n".join(lines)
 
 
 def _other_inputs(inputs):

@@ -9,7 +9,7 @@ import graphnn
 from graphnn import nn
 from graphnn.ir import Graph, get_op, interpret, parse, verify
 from graphnn.ir.graph import map_structure
-from graphnn.ir.registry import OpGroup
+from graphnn.ir.registry import OpGroup, is_view
 from graphnn.passes.autodiff import autodiff
 from graphnn.passes.fuse_elementwise import fuse_elementwise
 from graphnn.passes.liveness import nbytes
@@ -38,7 +38,14 @@ def execute_plan(plan, inputs, params):
             [(v, params[v.name]) for v in graph.params] + [(v, v.data) for v in graph.consts]:
         memory[f"%{v.name}"] = np.ascontiguousarray(array).view(np.uint8).reshape(-1).copy()
 
+    def is_alias(v):  # a view sharing its input's memory: it writes nothing
+        return v.producer is not None and is_view(v.producer.op) and \
+            plan.buffer_of.get(v.producer.inputs[0].name) == plan.buffer_of.get(v.name)
+
     def load(v):
+        if is_alias(v):
+            node = v.producer
+            return get_op(node.op).run([load(node.inputs[0])], node.attrs, [v.type])[0]
         raw = memory[plan.buffer_of[v.name]][:nbytes(v)]
         return raw.view(v.type.dtype.np).reshape(v.type.shape).copy()
 
@@ -49,6 +56,8 @@ def execute_plan(plan, inputs, params):
             results = get_op(node.op).run(args, node.attrs, [v.type for v in node.outputs])
             local.update({v.name: (v, r) for v, r in zip(node.outputs, results)})
         for name, (v, array) in local.items():
+            if is_alias(v):
+                continue
             if name in plan.buffer_of:
                 data = np.ascontiguousarray(array, v.type.dtype.np).view(np.uint8).reshape(-1)
                 memory[plan.buffer_of[name]][:nbytes(v)] = data
@@ -72,7 +81,7 @@ def assert_plan_sound(plan, seed=0):
         last[v.name] = len(steps)
 
     def root(v):
-        while v.producer is not None and v.producer.op == "reshape" and \
+        while v.producer is not None and is_view(v.producer.op) and \
                 plan.buffer_of.get(v.producer.inputs[0].name) == plan.buffer_of.get(v.name):
             v = v.producer.inputs[0]
         return v
@@ -95,7 +104,8 @@ def assert_plan_sound(plan, seed=0):
                 assert f2 == e1, f"%{a} and %{b} share {buffer} while both live"
                 if updates.get(a) == b:
                     continue
-                assert all(get_op(n.op).group is OpGroup.ELEMENTWISE for n in steps[f2]), \
+                assert all(get_op(n.op).group is OpGroup.ELEMENTWISE or is_view(n.op)
+                           for n in steps[f2]), \
                     f"%{b} overwrites %{a} in a kernel that is not elementwise"
                 assert root(by_name[plan.inplace[b]]).name == a
                 assert by_name[a].type.numel == by_name[b].type.numel

@@ -1,6 +1,7 @@
 """Elementwise and reduction fusion: group nodes that a backend can emit as one kernel
-(``fuse_elementwise``), and read the groups back for backends and reports
-(``fusion_groups``, ``group_boundary``, ``describe_groups``)."""
+(``fuse_elementwise``: ``fuse=gN`` annotations) and read the annotations back
+(``fusion_groups``). The scheduling pass (``passes/schedule.py``) turns the groups into
+kernels; nothing else reads the annotations."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -305,31 +306,3 @@ def fusion_groups(graph: Graph) -> dict:
         if node.fusion is not None:
             groups.setdefault(node.fusion, []).extend(v.name for v in node.outputs)
     return groups
-
-
-def group_boundary(graph: Graph, name: str) -> tuple:
-    """(values group ``name`` reads from outside, values it writes that are read outside it or
-    returned), as names in node order: a backend's kernel signature."""
-    members = [n for n in graph.nodes if n.fusion == name]
-    inside = {v.name for n in members for v in n.outputs}
-    reads = list(dict.fromkeys(v.name for n in members for v in n.inputs
-                               if v.name not in inside))
-    used_outside = {v.name for n in graph.nodes if n.fusion != name for v in n.inputs}
-    used_outside |= {v.name for v in graph.output_values()}
-    writes = [v.name for n in members for v in n.outputs if v.name in used_outside]
-    return reads, writes
-
-
-def describe_groups(graph: Graph) -> str:
-    """One line per fusion group: its members (op @scope), pivot, reads and writes."""
-    lines = []
-    for name in fusion_groups(graph):
-        members = [n for n in graph.nodes if n.fusion == name]
-        pivots = [describe(n) for n in members if is_pivot(n)]
-        reads, writes = group_boundary(graph, name)
-        ops = ", ".join(op_and_scope(n) for n in members)
-        pivot = f"; reduction {pivots[0]}" if pivots else ""
-        lines.append(f"{name}: {len(members)} nodes [{ops}]{pivot}; reads "
-                     f"{' '.join('%' + r for r in reads)}; writes "
-                     f"{' '.join('%' + w for w in writes)}")
-    return "\n".join(lines) + ("\n" if lines else "")

@@ -1,19 +1,20 @@
-"""Liveness over a graph's node order (its schedule), counted in kernels.
+"""Liveness over a graph's schedule, counted in kernels.
 
-A *kernel* (a step) is a maximal run of consecutive nodes of one fusion group, or one unfused
-node. For every value the analysis gives the step that defines it (-1 for inputs, parameters and
-constants), the last step that reads it (``len(steps)`` for graph outputs: they outlive the
-call), which results never leave their kernel (fused intermediates, no buffer needed) and which
-values share storage: the result of a ``reshape`` is a view of its input's contiguous buffer.
+The kernels (steps) are those of the schedule (``graphnn.passes.schedule``), the only source of
+kernel boundaries. For every value the analysis gives the step that defines it (-1 for inputs,
+parameters and constants), the last step that reads it (``len(steps)`` for graph outputs: they
+outlive the call), which results never leave their kernel (no buffer needed) and which values
+share storage: the result of a view op (``OpDef.view``: reshape, permute, expand, slice) is an
+alias of its input's memory.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from ..ir.graph import Graph, Value
-from ..ir.registry import OpGroup, get_op
-
-VIEW_OPS = ("reshape",)  # ops whose result is a view of their (contiguous) input
+from ..ir.registry import is_view
+from ..ir.schedule import Schedule
+from .schedule import build_schedule
 
 
 def nbytes(value: Value) -> int:
@@ -40,7 +41,8 @@ class Storage:
 
 @dataclass
 class Liveness:
-    steps: list  # kernels in order, each a list of nodes
+    schedule: Schedule
+    steps: list  # kernels in order, each a list of nodes (the schedule's)
     step_of: dict  # node result name -> step
     last_use: dict  # value name -> last reading step
     internal: set  # node results that never leave their kernel
@@ -55,13 +57,7 @@ class Liveness:
 
     def kernel_reads(self, step: int) -> list:
         """Values a kernel reads from outside itself, each once, in order."""
-        inside = {v.name for n in self.steps[step] for v in n.outputs}
-        seen = {}
-        for node in self.steps[step]:
-            for v in node.inputs:
-                if v.name not in inside:
-                    seen.setdefault(v.name, v)
-        return list(seen.values())
+        return self.schedule.kernels[step].reads
 
     def readers(self, value_name: str) -> list:
         """(step, node) for each node that reads the value."""
@@ -69,23 +65,12 @@ class Liveness:
                 if any(v.name == value_name for v in n.inputs)]
 
 
-def kernels(graph: Graph) -> list:
-    steps = []
-    for node in graph.nodes:
-        if steps and node.fusion is not None and steps[-1][-1].fusion == node.fusion:
-            steps[-1].append(node)
-        else:
-            steps.append([node])
-    return steps
-
-
-def is_elementwise_kernel(kernel: list) -> bool:
-    return all(get_op(n.op).group is OpGroup.ELEMENTWISE for n in kernel)
-
-
-def analyze(graph: Graph, views: bool = True) -> Liveness:
-    """Kernels, definition and last-use steps, fused intermediates and storages of ``graph``."""
-    steps = kernels(graph)
+def analyze(graph: Graph, views: bool = True, schedule: Schedule | None = None) -> Liveness:
+    """Definition and last-use steps, kernel-internal results and storages of ``graph`` over
+    ``schedule`` (built with every kernel kind when not given); ``views=False`` gives every
+    view its own storage."""
+    schedule = schedule if schedule is not None else build_schedule(graph)
+    steps = [k.nodes for k in schedule.kernels]
     end = len(steps)
     step_of = {v.name: i for i, k in enumerate(steps) for n in k for v in n.outputs}
     last_use = {v.name: step_of.get(v.name, -1) for v in graph.values()}
@@ -101,7 +86,7 @@ def analyze(graph: Graph, views: bool = True) -> Liveness:
         leaves_kernel.add(v.name)
     internal = {name for name, i in step_of.items()
                 if len(steps[i]) > 1 and name not in leaves_kernel}
-    live = Liveness(steps, step_of, last_use, internal)
+    live = Liveness(schedule, steps, step_of, last_use, internal)
     roots = {}
     for v in graph.inputs + graph.params + graph.consts:
         roots[v.name] = Storage(v, [v], -1, last_use[v.name])
@@ -110,7 +95,7 @@ def analyze(graph: Graph, views: bool = True) -> Liveness:
             for v in node.outputs:
                 if v.name in internal:
                     continue
-                if views and node.op in VIEW_OPS:
+                if views and is_view(node.op) and node.inputs[0].name in roots:
                     storage = roots[node.inputs[0].name]
                     storage.values.append(v)
                     storage.last = max(storage.last, last_use[v.name])

@@ -1,24 +1,28 @@
 """Memory planning: which buffer holds each value, with reuse and in-place execution.
 
-``plan_memory(graph, inplace_updates=None, donate=(), views=True) -> MemoryPlan`` assumes a
-verified graph whose node order is the schedule (after ``fuse_elementwise``: groups
-contiguous) and does not modify it. The plan:
+``plan_memory(graph, inplace_updates=None, donate=(), views=True, schedule=None) -> MemoryPlan``
+assumes a verified graph and does not modify it. It plans over the schedule (built by
+``passes/schedule.py`` when not given; ``plan.schedule``), whose kernel boundaries are the only
+ones it knows; it is the one planner: backends take cross-kernel buffers, in-place writes and
+parameter updates from it, and keep values inside a kernel as they like. The plan:
 
 - *Liveness* (``liveness.analyze``): a value occupies memory from the kernel that writes it to
-  the last kernel that reads it; graph outputs to the end. Results of a fusion group read only
-  inside the group live in registers and get no buffer. A ``reshape`` result is a view: it
-  shares its input's storage, which then lives as long as any of its views (``views=False``
-  gives every reshape its own buffer).
+  the last kernel that reads it; graph outputs to the end. Results that never leave their
+  kernel get no buffer. The result of a view op (``OpDef.view``: reshape, permute, expand,
+  slice) shares its input's storage, which then lives as long as any of its views
+  (``views=False`` gives every view its own buffer).
 - *External* memory: inputs, parameters, buffers and constants belong to the caller; they are
   never freed, reused or written, except for the in-place updates asked for below and the
   inputs or parameters named in ``donate`` (in-place kernels may overwrite them once they die).
 - *Reuse* (best fit, no splitting): kernels are walked in order; a storage written by a kernel
   takes the smallest free buffer of at least its size (ties: the oldest buffer), else a new
   buffer of exactly its size. A storage frees its buffer after its last reading kernel.
-- *In place*: an elementwise kernel (every node elementwise) whose result has exactly the type of
+- *In place*: a pointwise kernel (every node elementwise) whose result has exactly the type of
   a value it reads that dies in this kernel (every read of that storage in the kernel has this
-  type, which is also the kernel's iteration shape) writes its result into that value's buffer:
-  each element is read before it is overwritten. Never into external memory unless donated.
+  type, in the storage's own element order, and the kernel's iteration shape) writes its
+  result into that value's buffer: each element is read before it is overwritten. The
+  multi-tensor update is checked per tensor (every node reading the storage works over the
+  result's size). Never into external memory unless donated.
 - *Parameter updates* (``inplace_updates={output name: parameter or input name}``, e.g. a
   training step's new weights and optimizer state): the output is written into the parameter's
   own buffer when legal: same type, the parameter is not itself returned, and every read of the
@@ -37,8 +41,11 @@ from dataclasses import dataclass, field
 
 from ..ir.errors import GraphnnError
 from ..ir.graph import Graph
+from ..ir.registry import OpGroup, get_op, is_view
+from ..ir.schedule import KernelKind, Schedule
 from .fuse_elementwise import describe, op_and_scope
-from .liveness import Liveness, analyze, is_elementwise_kernel, nbytes
+from .liveness import Liveness, analyze, nbytes
+from .schedule import build_schedule
 
 
 class MemoryPlanError(GraphnnError, ValueError):
@@ -67,6 +74,11 @@ class MemoryPlan:
     peak_before: int
     peak_after: int
     busiest: tuple  # (step, bytes of arena buffers holding live values then)
+
+    @property
+    def schedule(self) -> Schedule:
+        """The kernels the plan is made over (the backend's kernel boundaries)."""
+        return self.liveness.schedule
 
     def report(self) -> str:
         live = self.liveness
@@ -108,16 +120,38 @@ def _producer(graph, name):
     return next(n for n in graph.nodes if any(v.name == name for v in n.outputs))
 
 
+def _same_order(value, root) -> bool:
+    """Whether ``value`` is ``root`` or a chain of reshapes of it (same elements, same order:
+    the other views permute, broadcast or skip elements)."""
+    while value is not root:
+        if value.producer is None or value.producer.op != "reshape":
+            return False
+        value = value.producer.inputs[0]
+    return True
+
+
 def _overwrite_safe(live: Liveness, step: int, value, storage) -> bool:
     """Whether kernel ``step`` may write ``value`` over ``storage`` while reading it: an
-    elementwise kernel of ``value``'s size that reads the storage only at ``value``'s type."""
-    kernel = live.steps[step]
-    if not is_elementwise_kernel(kernel):
+    elementwise kernel (or the multi-tensor update, per tensor) over ``value``'s size that
+    reads the storage only at ``value``'s type and element order."""
+    kernel = live.schedule.kernels[step]
+    if kernel.kind is KernelKind.POINTWISE:
+        if not all(get_op(n.op).group is OpGroup.ELEMENTWISE for n in kernel.nodes) or \
+                value.type.numel != max(v.type.numel for v in kernel.results()):
+            return False
+    elif kernel.kind is KernelKind.MULTI_UPDATE:
+        if not all(get_op(n.op).group is OpGroup.ELEMENTWISE or is_view(n.op)
+                   for n in kernel.nodes):
+            return False
+    else:
         return False
-    if value.type.numel != max(v.type.numel for n in kernel for v in n.outputs):
+    reads = [r for r in kernel.reads if live.storage_of.get(r.name) is storage]
+    if not reads or not all(r.type == value.type and _same_order(r, storage.root)
+                            for r in reads):
         return False
-    reads = [r for r in live.kernel_reads(step) if live.storage_of.get(r.name) is storage]
-    return bool(reads) and all(r.type == value.type for r in reads)
+    names = {r.name for r in reads}
+    return all(v.type.numel == value.type.numel for n in kernel.nodes
+               if any(i.name in names for i in n.inputs) for v in n.outputs)
 
 
 def _inplace_source(live: Liveness, step: int, value, taken: set, donated=()):
@@ -232,9 +266,13 @@ def _assign(live: Liveness, update_root: dict, donated) -> tuple:
 
 
 def plan_memory(graph: Graph, inplace_updates: dict | None = None, *, donate=(),
-                views: bool = True) -> MemoryPlan:
-    """Plan the buffers of ``graph`` (see the module docstring for the rules)."""
-    live = analyze(graph, views)
+                views: bool = True, schedule: Schedule | None = None) -> MemoryPlan:
+    """Plan the buffers of ``graph`` over ``schedule`` (see the module docstring for the
+    rules); without one, the schedule for a backend supporting every kernel kind, its
+    multi-tensor update made of ``inplace_updates``'s outputs."""
+    if schedule is None:
+        schedule = build_schedule(graph, updates=tuple(inplace_updates or ()))
+    live = analyze(graph, views, schedule)
     owners = {v.name for v in graph.inputs + graph.params}
     unknown = [name for name in donate if name not in owners]
     if unknown:

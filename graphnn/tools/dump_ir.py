@@ -1,6 +1,8 @@
 """``graphnn dump-ir TARGET --input SHAPE[:DTYPE] ...``: trace a model and print its IR at a
 stage of the compiler: ``traced``, ``optimized`` (after the pass pipeline), ``backward``
-(the training graph's backward half) or ``kernels`` (the generated NumPy source), optionally
+(the training graph's backward half), ``schedule`` (the optimized graph's kernels: kind, nodes,
+reads, writes, iteration space, Module paths) or ``kernels`` (the generated NumPy source),
+optionally
 as it was after one pass, or as the diffs each pass made; ``--dynamic`` prints the kernels for
 every batch size. A training-step function (it calls
 ``loss.backward()`` or steps an optimizer) is shown as ``graphnn.compile`` compiles it."""
@@ -23,9 +25,10 @@ from .usage import UsageError
 from ..frontend.grad_mode import no_grad
 from ..ir import Graph
 from ..passes.pipeline import PIPELINE
+from ..passes.schedule import build_schedule
 
 FORMATS = {"text": str, "json": Graph.to_json, "dot": Graph.to_dot}
-STAGES = ("traced", "optimized", "backward", "kernels")
+STAGES = ("traced", "optimized", "backward", "schedule", "kernels")
 
 _EXAMPLES = """\
 examples:
@@ -34,6 +37,7 @@ examples:
   graphnn dump-ir examples/models.py:SmallCNN --input 8x3x32x32 --stage optimized --diff
   graphnn dump-ir examples/models.py:SmallCNN --input 8x3x32x32 --after fuse_epilogue
   graphnn dump-ir examples/models.py:make_mlp --input 4x20 --stage backward
+  graphnn dump-ir examples/models.py:SmallCNN --input 8x3x32x32 --stage schedule
   graphnn dump-ir examples/models.py:make_mlp --input 4x20 --stage kernels
   graphnn dump-ir examples/models.py:make_mlp --input 4x20 --stage kernels --dynamic
   graphnn dump-ir examples/models.py:attention --input 2x5x16 --input 2x5x16 --input 2x5x16
@@ -48,6 +52,10 @@ gradient); --stage optimized fills in the gradients and runs the passes on the w
 Each line of the text form is one op: its result values and types, the op and its operands,
 its attributes, the Module path that produced it (@features.0; @<root> for the model's own
 forward), the source line, and fuse=gN when a fusion pass put it in a kernel group.
+--stage schedule lists the kernels the scheduling pass makes of the optimized graph: per
+kernel its kind (pointwise, reduction, gemm, convolution, pooling, scatter_gather, attention,
+multi_update, view, extern), iteration space and Module paths, its nodes, and the values it
+reads and writes across its boundary.
 Passes, in pipeline order: {passes}.
 Example inputs are never allocated for tracing (only --dynamic, which runs the target, does).
 Exit status: 0 on success; 2 for a usage error: a bad TARGET, --input or option, or any
@@ -68,8 +76,9 @@ def add_parser(commands) -> None:
     p.set_defaults(handler=run)
     p.add_argument("--stage", choices=STAGES, default=None,
                    help="traced (the recorded forward; the default), optimized (after the "
-                        "pass pipeline), backward (the backward graph of the training step) or "
-                        "kernels (the NumPy source generated for the optimized graph)")
+                        "pass pipeline), backward (the backward graph of the training step), "
+                        "schedule (the kernels of the optimized graph) or kernels (the NumPy "
+                        "source generated for the optimized graph)")
     p.add_argument("--passes", metavar="P1,P2", help="run only these passes (pipeline order)")
     p.add_argument("--disable", metavar="P1,P2", help="skip these passes")
     p.add_argument("--after", metavar="PASS",
@@ -100,10 +109,13 @@ def _step_text(graph: Graph, step, args) -> str:
                            pass_names(args.disable))
     elif args.passes or args.disable:
         raise UsageError("--passes and --disable need --stage optimized or kernels")
-    if stage == "kernels":
+    if stage in ("kernels", "schedule"):
         if args.format != "text":
-            raise UsageError("--stage kernels prints Python source: it takes no --format")
-        return numpy_backend.generate(graph, plan_with_updates(graph, "step"))
+            raise UsageError(f"--stage {stage} prints text: it takes no --format")
+        plan = plan_with_updates(graph, "step")
+        if stage == "schedule":
+            return str(plan.schedule if plan is not None else build_schedule(graph))
+        return numpy_backend.generate(graph, plan)
     return FORMATS[args.format](graph)
 
 
@@ -115,11 +127,14 @@ def _staged_text(graph: Graph, args) -> str:
                              "or backward")
         return FORMATS[args.format](graph)
     passes, disable = pass_names(args.passes), pass_names(args.disable)
-    if stage == "kernels":
+    if stage in ("kernels", "schedule"):
         if args.after or args.diff or args.format != "text":
-            raise UsageError("--stage kernels prints Python source: it takes no --after, "
-                             "--diff or --format")
-        return numpy_backend.generate(stages.optimized(graph, passes, disable).graph)
+            raise UsageError(f"--stage {stage} prints text: it takes no --after, --diff or "
+                             "--format")
+        optimized = stages.optimized(graph, passes, disable).graph
+        if stage == "schedule":
+            return str(build_schedule(optimized))
+        return numpy_backend.generate(optimized)
     if stage == "optimized":
         result = stages.optimized(graph, passes, disable)
         final = result.graph

@@ -1,7 +1,7 @@
 """``graphnn.explain(model, *inputs)``: what the compiler did with a model, per Module.
 
 The report gathers what the passes recorded (fusions made, fusions refused and why, attention
-near-misses), the elementwise fusion groups, the training graph's saved-versus-recomputed
+near-misses), the fused kernels of the schedule, the training graph's saved-versus-recomputed
 decision and the memory plans' peak bytes.
 """
 from __future__ import annotations
@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from ..compiler import stages
 from ..frontend.tracer import trace
 from ..ir.graph import Graph
-from ..passes.fuse_elementwise import describe_groups
+from ..ir.schedule import Schedule
+from ..passes.fuse_elementwise import op_and_scope
 from ..passes.memory_plan import plan_memory
 
 _PATH = re.compile(r'@("(?:[^"\\]|\\.)*"|\S+)')
@@ -31,7 +32,7 @@ def module_of(note: str) -> str:
 class Explanation:
     graph: Graph  # the optimized forward graph
     notes: list = field(default_factory=list)
-    groups: str = ""
+    kernels: str = ""  # the fused kernels of the schedule, one a line
     training: str | None = None
     memory: str = ""
 
@@ -49,7 +50,7 @@ class Explanation:
             lines += [f"  {note}" for note in modules[path]]
         if not modules:
             lines.append("(no fusion decisions recorded)")
-        lines += ["", "-- elementwise fusion groups --", self.groups or "(none)"]
+        lines += ["", "-- fused kernels --", self.kernels or "(none)"]
         if self.training is not None:
             lines += ["", "-- training: saved for backward vs recomputed --", self.training]
         lines += ["", "-- memory --", self.memory]
@@ -61,9 +62,9 @@ def explain(model, *inputs, passes=None, disable=None, training: bool = True) ->
     forward/backward partition) and report the decisions; the model is not changed."""
     graph = trace(model, *inputs)
     result = stages.optimized(graph, passes, disable)
-    report = Explanation(result.graph, list(result.graph.notes),
-                         describe_groups(result.graph))
-    memory = [f"forward: {_peak_line(plan_memory(result.graph))}"]
+    plan = plan_memory(result.graph)
+    report = Explanation(result.graph, list(result.graph.notes), describe_kernels(plan.schedule))
+    memory = [f"forward: {_peak_line(plan)}"]
     if training and stages.differentiable_names(result.graph):
         train = stages.training(graph, passes, disable)
         report.notes += [n for n in train.joint.graph.notes if n not in report.notes]
@@ -76,3 +77,17 @@ def explain(model, *inputs, passes=None, disable=None, training: bool = True) ->
 
 def _peak_line(plan) -> str:
     return f"peak {plan.peak_before} bytes unplanned, {plan.peak_after} bytes planned"
+
+
+def describe_kernels(schedule: Schedule) -> str:
+    """One line per kernel of more than one node: its name, kind, members (op @scope), reads
+    and writes."""
+    lines = []
+    for k in schedule.kernels:
+        if len(k.nodes) < 2:
+            continue
+        ops = ", ".join(op_and_scope(n) for n in k.nodes)
+        lines.append(f"{k.name} {k.kind.value}: {len(k.nodes)} nodes [{ops}]; reads "
+                     f"{' '.join('%' + v.name for v in k.reads)}; writes "
+                     f"{' '.join('%' + v.name for v in k.writes)}")
+    return "\n".join(lines) + ("\n" if lines else "")

@@ -103,12 +103,13 @@ class _Names:
         return ident
 
 
-def _comment(node, extra=None) -> str:
+def _comment(node, extra=None, kernel=None) -> str:
+    """``  # extra @scope kN``: ``kN`` names the scheduled kernel of more than one node."""
     parts = [] if extra is None else [extra]
     if node.scope is not None:
         parts.append("@" + comment_text(node.scope or "<root>"))
-    if node.fusion is not None:
-        parts.append(f"fuse={node.fusion}")
+    if kernel is not None and len(kernel.nodes) > 1:
+        parts.append(kernel.name)
     return ("  # " + " ".join(parts)) if parts else ""
 
 
@@ -130,13 +131,13 @@ class _Context:
     """What a lowering may ask for while its node is emitted: module-level bindings, the
     reference call, and an ``out=`` scratch buffer for its result (``out_arg``)."""
 
-    def __init__(self, graph, kernel_id, writes=None):
+    def __init__(self, graph, nodes, kernel_id, writes=None):
         self.kernel_id = kernel_id
         self.header: list[str] = []  # module-level bindings
         self.bound: set[str] = set()
         self.types: dict[tuple, str] = {}
         self.names = _Names()
-        self.memory = _Memory(graph, writes or {}, self.names)
+        self.memory = _Memory(graph, nodes, writes or {}, self.names)
         self.node_index = -1
 
     def bind(self, name: str, source: str) -> str:
@@ -214,14 +215,14 @@ class _Memory:
     may view it, and this statement reads it only elementwise as itself; otherwise the output
     is a fresh array and the caller copies it in."""
 
-    def __init__(self, graph, writes, names):
+    def __init__(self, graph, nodes, writes, names):
         self.writes, self.names = writes, names
         self.param_views = {v.name: {v.name} for v in graph.params if v.name in
                             set(writes.values())}  # value -> written parameters it may view
         self.last = {}
         self.readers: dict[str, list] = {}
-        self.position = {id(node): i for i, node in enumerate(graph.nodes)}
-        for i, node in enumerate(graph.nodes):
+        self.position = {id(node): i for i, node in enumerate(nodes)}
+        for i, node in enumerate(nodes):
             for v in node.inputs:
                 self.last[v.name] = i
                 self.readers.setdefault(v.name, []).append(node)
@@ -230,7 +231,7 @@ class _Memory:
         leaves = [v.name for v in graph.output_values()]
         self.outputs = set(leaves)
         for name in self.outputs:
-            self.last[name] = len(graph.nodes)
+            self.last[name] = len(nodes)
         self.read = set(self.readers) | self.outputs
         self.fresh, self.fresh_views = set(), set()  # fresh bases; outputs viewing them
         for v in graph.output_values():
@@ -337,14 +338,19 @@ def _constant_nodes(graph) -> set:
     return hoisted
 
 
-def _group_header(graph, node, index) -> str | None:
-    """A comment line opening fusion group ``node.fusion`` at its first node."""
-    if node.fusion is None or (index and graph.nodes[index - 1].fusion == node.fusion):
-        return None
-    members = [n for n in graph.nodes if n.fusion == node.fusion]
-    scopes = sorted({n.scope for n in members if n.scope})
+def _kernel_header(kernel) -> str:
+    """A comment line opening a scheduled kernel of more than one node."""
+    scopes = sorted(s for s in kernel.scopes() if s)
     where = f" ({', '.join('@' + comment_text(s) for s in scopes)})" if scopes else ""
-    return f"# fused group {node.fusion}: {len(members)} nodes{where}"
+    return f"# kernel {kernel.name} {kernel.kind.value}: {len(kernel.nodes)} nodes{where}"
+
+
+def _kernels(graph, plan) -> list:
+    """(kernel, node) in execution order: the plan's schedule, or without a plan every node
+    alone in graph order (kernel None)."""
+    if plan is None:
+        return [(None, node) for node in graph.nodes]
+    return [(k, node) for k in plan.schedule.kernels for node in k.nodes]
 
 
 def _constant(data) -> str:
@@ -373,7 +379,9 @@ def generate(graph: Graph, plan=None, kernel_id: str | None = None) -> str:
     ``kernel_id`` names the kernel's entries in ``buffers`` (default: a digest of the graph
     text); a caller giving each kernel its own ``buffers`` dict may pass a fixed one."""
     kernel_id = kernel_id or hashlib.sha1(str(graph).encode()).hexdigest()[:12]
-    ctx = _Context(graph, kernel_id, plan.updates if plan is not None else None)
+    order = _kernels(graph, plan)
+    ctx = _Context(graph, [node for _, node in order], kernel_id,
+                   plan.updates if plan is not None else None)
     names = ctx.names
     body: list[str] = []
     for i, v in enumerate(graph.inputs):
@@ -387,7 +395,7 @@ def generate(graph: Graph, plan=None, kernel_id: str | None = None) -> str:
     scratch_at = len(body)
     hoisted = _constant_nodes(graph)
     folded = None  # (index, node) whose result the next statement computes
-    for index, node in enumerate(graph.nodes):
+    for index, (kernel, node) in enumerate(order):
         ctx.node_index = index
         args = [names.of[v.name] for v in node.inputs]
         outs = [names.add(v.name) for v in node.outputs]
@@ -403,14 +411,13 @@ def generate(graph: Graph, plan=None, kernel_id: str | None = None) -> str:
             lowered = Lowered(lowered)
         targets = outs if lowered.targets is None else [names.of[v.name] for v in lowered.targets]
         target = ", ".join(targets)
-        header = _group_header(graph, node, index)
-        if header:
-            body.append(header)
+        if kernel is not None and len(kernel.nodes) > 1 and node is kernel.nodes[0]:
+            body.append(_kernel_header(kernel))
         if lowered.folded:  # its operands stay alive until the next statement has run
-            body.append(f"# {target} = {lowered.expr}{_comment(node)}")
+            body.append(f"# {target} = {lowered.expr}{_comment(node, kernel=kernel)}")
             folded = (index, node)
             continue
-        body.append(f"{target} = {lowered.expr}{_comment(node)}")
+        body.append(f"{target} = {lowered.expr}{_comment(node, kernel=kernel)}")
         ctx.memory.after(index, node, lowered.views)
         if folded:
             ctx.memory.after(*folded, False)
