@@ -10,6 +10,11 @@ from graphnn.passes.partition import partition
 RNG = np.random.default_rng(3)
 
 
+def _run(graph, *inputs, params=None) -> dict:
+    """The interpreted graph's outputs by role."""
+    return graph.unpack(interpret(graph, *inputs, params=params))
+
+
 def _run_split(g, wrt, upstream_shape=None):
     joint = verify(autodiff(g, wrt))
     fwd, bwd, report = partition(joint)
@@ -19,15 +24,17 @@ def _run_split(g, wrt, upstream_shape=None):
     params = {v.name: RNG.standard_normal(v.type.shape).astype(v.type.dtype.np)
               for v in g.params}
     extra = [RNG.standard_normal(upstream_shape).astype(np.float32)] if upstream_shape else []
-    joint_out, joint_grads = interpret(joint, *inputs, *extra, params=params)
-    fwd_out, saved = interpret(fwd, *inputs, params=params)
-    np.testing.assert_array_equal(fwd_out, joint_out)
-    feeds = {v.name: a for v, a in zip(fwd.outputs[1], saved)}
+    joint_run = _run(joint, *inputs, *extra, params=params)
+    joint_out, joint_grads = joint_run["result"], joint_run["grad"]
+    fwd_run = _run(fwd, *inputs, params=params)
+    np.testing.assert_array_equal(fwd_run["result"], joint_out)
+    feeds = {v.name: a for v, a in zip(bwd.inputs, fwd_run["saved"])}
     feeds.update({v.name: a for v, a in zip(g.inputs, inputs)})
-    if extra:
-        feeds["grad_output"] = extra[0]
-    grads = interpret(bwd, *[feeds[v.name] for v in bwd.inputs],
-                      params={v.name: params[v.name] for v in bwd.params})
+    incoming = [v.name for v in bwd.inputs if v.kind == "grad"]
+    assert len(incoming) == len(extra)
+    feeds.update(zip(incoming, extra))
+    grads = _run(bwd, *[feeds[v.name] for v in bwd.inputs],
+                 params={v.name: params[v.name] for v in bwd.params})["grad"]
     assert set(grads) == set(wrt)
     for name in wrt:
         np.testing.assert_array_equal(grads[name], joint_grads[name])
@@ -69,7 +76,7 @@ def test_nothing_is_saved_when_backward_needs_no_forward_value():
     g.outputs = g.call("sum", g.call("add", x, w), dims=None)
     fwd, bwd, report = _run_split(g, ["w"])
     assert report.saved == [] and report.recomputed == []
-    assert fwd.outputs[1] == ()
+    assert fwd.output("saved") == () and set(fwd.output_roles()) == {"result"}
 
 
 def test_saved_values_keep_their_names_through_renumbering_passes():
@@ -86,7 +93,7 @@ def test_saved_values_keep_their_names_through_renumbering_passes():
     g.outputs = g.call("sum", g.call("mul", g.call("tanh", h), h), dims=None)
     fwd, bwd, report = _run_split(g, ["w"])
     later = run_pipeline(fwd, ["dce", "fuse_elementwise"]).graph
-    saved = [v.name for v in later.outputs[1]]
+    saved = [v.name for v in later.output("saved")]
     assert saved and saved == [v.name for v in bwd.inputs[:len(saved)]]
     assert saved == [n for n, _, _, _ in report.saved]
 
@@ -97,13 +104,14 @@ def _split_and_compare(joint):
     verify(fwd), verify(bwd)
     inputs = [RNG.standard_normal(v.type.shape).astype(np.float32) for v in joint.inputs]
     params = {v.name: RNG.standard_normal(v.type.shape).astype(np.float32) for v in joint.params}
-    joint_out, joint_grads = interpret(joint, *inputs, params=params)
-    fwd_out, saved = interpret(fwd, *inputs, params=params)
-    feeds = {v.name: a for v, a in zip(fwd.outputs[1], saved)}
+    joint_run = _run(joint, *inputs, params=params)
+    joint_grads = joint_run["grad"]
+    fwd_run = _run(fwd, *inputs, params=params)
+    feeds = {v.name: a for v, a in zip(bwd.inputs, fwd_run["saved"])}
     feeds.update({v.name: a for v, a in zip(joint.inputs, inputs)})
-    grads = interpret(bwd, *[feeds[v.name] for v in bwd.inputs],
-                      params={v.name: params[v.name] for v in bwd.params})
-    np.testing.assert_array_equal(fwd_out, joint_out)
+    grads = _run(bwd, *[feeds[v.name] for v in bwd.inputs],
+                 params={v.name: params[v.name] for v in bwd.params})["grad"]
+    np.testing.assert_array_equal(fwd_run["result"], joint_run["result"])
     assert set(grads) == set(joint_grads)
     for name, value in joint_grads.items():
         np.testing.assert_array_equal(grads[name], value)
@@ -120,7 +128,7 @@ def test_gradients_no_backward_node_produces_are_returned():
     h = g.call("matmul", x, w)
     t = g.call("tanh", h)
     zeros = g.add_const(np.zeros(3, np.float32))
-    g.outputs = (g.call("sum", t, dims=None),
-                 {"unused": zeros, "w": h, "x": t, "p": w, "q": x})
+    g.set_outputs({"result": g.call("sum", t, dims=None),
+                   "grad": {"unused": zeros, "w": h, "x": t, "p": w, "q": x}})
     assert unused.name == "unused"
     _split_and_compare(g)

@@ -177,10 +177,10 @@ class _Inference:
 
     def __call__(self, tensors, state):
         params = {n: state[n]._data for n in self.artifact.param_names}
-        out, updates = self.artifact.run([t._data for t in tensors] + self.random.draw(tensors),
-                                         params)
-        compiled_step.write_back(updates, state)
-        return to_tensors(out, self.template)
+        returned = self.artifact.graph.unpack(self.artifact.run(
+            [t._data for t in tensors] + self.random.draw(tensors), params))
+        compiled_step.write_back(returned["update"], state)
+        return to_tensors(returned["result"], self.template)
 
 
 # ---- the compiled callable ----------------------------------------------------------------------
@@ -314,8 +314,6 @@ class CompiledFunction(DynamicBatch):
         graph = traced.graph
         if traced.backward is not None or changes.rebound or changes.cleared:
             step = traced.backward, changes
-        else:
-            graph.outputs = graph.outputs[:2]  # (result, updates): state written in place
         graph, random = lift_random(graph)
         if has_seeded_ops(graph):
             raise RuntimeError("the forward draws random numbers inside an op (attention "
@@ -365,20 +363,18 @@ class CompiledFunction(DynamicBatch):
 
     def _training_stages(self, graph, wrt_params, wrt_inputs):
         """The forward and backward graphs of a compiled training forward, and its entry."""
-        flat = flatten_structure(graph.outputs[0])  # the result, without state updates
+        flat = flatten_structure(graph.output("result"))
         floating = [v for v in flat if v is not None and v.type.dtype.is_floating_point]
         wrt = wrt_params + [n for n, _ in wrt_inputs]
         if len(floating) == 1 and flat[0] is floating[0]:  # stages.training's shape
             _, fwd, bwd = training_graphs(graph, wrt, self._passes, self._disable)
             targets = [0]
-            feeds = [None if floating[0].type.ndim == 0 else "grad_output"]
         else:
             fwd, bwd, targets = vjp_training_graphs(graph, wrt, self._passes, self._disable)
-            feeds = [f"grad_output_{k}" for k in range(len(targets))]
 
         def make(artifacts, random):
             return TrainingEntry(artifacts["forward"], artifacts["backward"], wrt_params,
-                                 wrt_inputs, targets, feeds, self.name, random)
+                                 wrt_inputs, targets, self.name, random)
         return {"forward": fwd, "backward": bwd}, make
 
     def __deepcopy__(self, memo):
@@ -416,7 +412,7 @@ def _differentiated(sig, graph, tensors):
     ``.grad`` stays None, as does one read only by a comparison. Both empty (no floating
     output, or none depending on them): the call compiles for inference."""
     state = dict(sig.state)
-    flat = flatten_structure(graph.outputs[0])  # the result, without state updates
+    flat = flatten_structure(graph.output("result"))
     reached = {v.name for v in flat if v is not None and v.type.dtype.is_floating_point}
     for node in reversed(graph.nodes):  # gradients flow through floating values only
         if any(v.name in reached and v.type.dtype.is_floating_point for v in node.outputs):

@@ -1,7 +1,7 @@
 """Random values a compiled graph needs drawn per call.
 
 ``lift_random(graph)`` replaces each input-less seeded op (``rand`` as dropout uses) by a new
-graph input and returns the ``RandomInputs`` that draw them per call with fresh seeds, in trace
+graph input of role ``random`` and returns the ``RandomInputs`` that draw them per call with fresh seeds, in trace
 order, from graphnn's global generator, as eager draws them (the compiling call uses the
 seeds its trace drew). With ``dynamic=True`` the values' shapes follow the batch size
 (``with_batch``). ``has_seeded_ops`` finds seeded ops left inside a graph (attention dropout),
@@ -77,7 +77,8 @@ class RandomInputs:
 
 
 def lift_random(graph):
-    """(graph with each input-less seeded op replaced by a new input, RandomInputs)."""
+    """(graph with each input-less seeded op replaced by a new ``random`` input,
+    RandomInputs)."""
     g = copy.deepcopy(graph)
     replace, keep, specs = {}, [], []
     for node in g.nodes:
@@ -87,10 +88,10 @@ def lift_random(graph):
             while name in {v.name for v in g.values()}:
                 name += "_"
             out = node.outputs[0]
-            replace[out.name] = g.add_input(name, out.type)
+            replace[out.name] = g.add_input(name, out.type, "random")
             specs.append((node.op, dict(node.attrs), out.type))
         else:
             keep.append(node)
     g.nodes = keep
-    g.outputs = map_structure(lambda v: replace.get(v.name, v), g.outputs)
+    g.set_outputs(map_structure(lambda v: replace.get(v.name, v), g.output_roles()))
     return verify(g), RandomInputs(specs)

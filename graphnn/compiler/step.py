@@ -2,10 +2,11 @@
 
 ``trace_function(fn, args, kwargs, step_state)`` traces ``fn`` with every state tensor of the
 modules and optimizers it reaches bound as a graph parameter (``step_state.StepState``) and
-returns ``(TracedFunction, SlotChanges)``: the graph's outputs are ``(result, updates, extra)``
-(see ``frontend.tracer.trace_with_state``), and the slot changes say which ``.grad`` and
-optimizer-state entries the function rebound (to a tensor: an ``extra`` output; to None:
-``cleared``). Tracing leaves every tensor, gradient and optimizer state as it was.
+returns ``(TracedFunction, SlotChanges)``: the graph returns its ``result``, its state
+``update``s and its ``rebound`` slots (see ``frontend.tracer.trace_with_state``), and the slot
+changes say which ``.grad`` and optimizer-state entries the function rebound (to a tensor: a
+``rebound`` output; to None: ``cleared``). Tracing leaves every tensor, gradient and optimizer
+state as it was.
 
 ``step_graph`` turns such a trace into the graph of one kernel: when the function called
 ``loss.backward()``, ``passes.step_autodiff`` computes the gradients (the forward is optimized
@@ -34,7 +35,7 @@ log = logging.getLogger("graphnn")
 
 @dataclass
 class SlotChanges:
-    rebound: dict = field(default_factory=dict)  # slot name -> Slot (its value is an output)
+    rebound: dict = field(default_factory=dict)  # slot name -> Slot (a ``rebound`` output)
     cleared: list = field(default_factory=list)  # Slots set to None
 
 
@@ -46,7 +47,7 @@ def trace_function(fn, args, kwargs, step_state, name=None):
     changes = SlotChanges()
 
     def collect(state):
-        extra, after = {}, step_state.slots()
+        rebound, after = {}, step_state.slots()
         for slot in after:
             now = slot.get()
             if now is before.get(slot.name):
@@ -54,12 +55,12 @@ def trace_function(fn, args, kwargs, step_state, name=None):
             if now is None:
                 changes.cleared.append(slot)
             else:
-                extra[slot.name] = state.value(now)
+                rebound[slot.name] = state.value(now)
                 changes.rebound[slot.name] = slot
         names = {slot.name for slot in after}
         changes.cleared += [s for s in before_slots if s.name not in names and before[s.name]
                             is not None]
-        return extra
+        return rebound
 
     try:
         traced = trace_with_state(fn, args, kwargs, step_state.bindings(),
@@ -91,15 +92,15 @@ class StepEntry:
 
     def __call__(self, tensors, state):
         params = {n: state[n]._data for n in self.artifact.param_names}
-        result, updates, extra = self.artifact.run(
-            [t._data for t in tensors] + self.random.draw(tensors), params)
-        write_back(updates, state)
+        returned = self.artifact.graph.unpack(self.artifact.run(
+            [t._data for t in tensors] + self.random.draw(tensors), params))
+        write_back(returned["update"], state)
         for slot in self.changes.cleared:
             slot.set(None)
         owners = {id(_root(a)) for a in params.values()}
-        for name, array in extra.items():
+        for name, array in returned["rebound"].items():
             self.changes.rebound[name].set(Tensor._wrap(_owned(np.asarray(array), owners)))
-        return self._wrap(result, self.template)
+        return self._wrap(returned["result"], self.template)
 
 
 def _root(array):
@@ -129,13 +130,10 @@ def step_graph(graph, backward, passes=None, disable=None):
     return optimize(graph)
 
 
-def _state_updates(graph, stage) -> dict:
-    """{output value name: state name} of the state a stage's graph writes: the ``updates``
-    dict of ``(result, updates[, rebound])`` outputs (a training forward nests them first)."""
-    outputs = graph.outputs[0] if stage == "forward" else graph.outputs
-    if stage == "backward" or not isinstance(outputs, tuple) or len(outputs) < 2:
-        return {}
-    return {v.name: name for name, v in outputs[1].items()}
+def _state_updates(graph) -> dict:
+    """{output value name: state name} of the state the graph writes (its ``update``
+    outputs)."""
+    return {v.name: name for name, v in graph.output("update").items()}
 
 
 def plan_with_updates(graph, stage):
@@ -143,7 +141,7 @@ def plan_with_updates(graph, stage):
     or ``step``), asking for its state updates to be written in place; None if planning
     fails (the plan is an optimisation: kernels run without it)."""
     try:
-        return plan_memory(graph, inplace_updates=_state_updates(graph, stage))
+        return plan_memory(graph, inplace_updates=_state_updates(graph))
     except Exception as e:  # noqa: BLE001
-        log.info("graphnn: no memory plan for %s (%s)", graph.name, e)
+        log.info("graphnn: no memory plan for the %s graph %s (%s)", stage, graph.name, e)
         return None

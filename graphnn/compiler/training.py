@@ -34,34 +34,38 @@ from ..passes.pipeline import run_pipeline
 
 
 class TrainingEntry:
-    """Forward kernel (outputs + saved values) and backward kernel (gradient dict).
+    """Forward kernel (result, state updates and saved values) and backward kernel
+    (gradients), their outputs read by role.
 
-    ``targets`` are the flat output positions put on the tape, ``grad_feeds`` the backward
-    input fed with each one's gradient (None: a scalar whose backward was built for a unit
-    gradient, scaled afterwards).
+    ``targets`` are the flat result positions put on the tape. The backward's incoming
+    gradients (its ``grad`` inputs, in order) are fed one per target; without any, the one
+    target is a scalar whose backward was built for a unit gradient, scaled afterwards.
     """
 
     template = None
 
-    def __init__(self, forward, backward, wrt_params, wrt_inputs, targets, grad_feeds, name,
-                 random):
+    def __init__(self, forward, backward, wrt_params, wrt_inputs, targets, name, random):
         self.forward, self.backward, self.random = forward, backward, random
         self.wrt_params = wrt_params  # param names
         self.wrt_inputs = wrt_inputs  # (graph input name, position in the call's tensors)
-        self.targets, self.grad_feeds = targets, grad_feeds
+        self.targets = targets
         self.name = name
         self.backward_inputs = [v.name for v in backward.graph.inputs]
         self.forward_inputs = [v.name for v in forward.graph.inputs]
+        incoming = [v.name for v in backward.graph.inputs if v.kind == "grad"]
+        self.grad_feeds = incoming or [None] * len(targets)
         # the backward's first inputs are the saved values, in the forward's order (partition):
-        # matched by position, as the scheduling passes may renumber the forward's values
-        self.saved_names = [v.name for v in backward.graph.inputs[:len(forward.graph.outputs[1])]]
+        # matched in order, as the scheduling passes may renumber the forward's values
+        saved = forward.graph.output("saved")
+        self.saved_names = [v.name for v in backward.graph.inputs[:len(saved)]]
 
     def __call__(self, tensors, state):
         arrays = [t._data for t in tensors] + self.random.draw(tensors)
         params = {n: state[n]._data for n in self.forward.param_names}
-        (outputs, updates), saved = self.forward.run(arrays, params)
-        compiled_step.write_back(updates, state)
-        feed = dict(zip(self.saved_names, saved))
+        returned = self.forward.graph.unpack(self.forward.run(arrays, params))
+        outputs = returned["result"]
+        compiled_step.write_back(returned["update"], state)
+        feed = dict(zip(self.saved_names, returned["saved"]))
         feed.update(zip(self.forward_inputs, arrays))
         bparams = {n: state[n]._data for n in self.backward.param_names}
         result = to_tensors(outputs, self.template)
@@ -87,7 +91,8 @@ class TrainingEntry:
                     scale = None if (g.shape == () and g == 1) else g
                 else:
                     feed_now[key] = np.asarray(g, order="C")  # keeps a 0-d gradient 0-d
-            res = backward.run([feed_now[n] for n in backward_inputs], bparams)
+            res = backward.graph.unpack(backward.run([feed_now[n] for n in backward_inputs],
+                                                     bparams))["grad"]
             out = []
             for n in names:
                 a = res[n]
@@ -103,7 +108,8 @@ class TrainingEntry:
 
 
 def training_graphs(graph, wrt, passes, disable):
-    """``stages.training`` with an explicit ``wrt`` (parameters and inputs requiring grad)."""
+    """``stages.training`` with an explicit ``wrt`` (parameters and inputs requiring grad):
+    (optimized forward, forward kernel's graph, backward kernel's graph)."""
     forward = run_pipeline(graph, passes, disable).graph
     late = [n for n in stages.select_names(passes, disable) if n in stages.SCHEDULING_PASSES]
     joint = run_pipeline(autodiff(forward, wrt), passes, list(disable or []) + late)
@@ -117,11 +123,12 @@ def training_graphs(graph, wrt, passes, disable):
 def vjp_training_graphs(graph, wrt, passes, disable):
     """Training graphs for several differentiable outputs: autodiff of
     ``sum_i sum(output_i * grad_output_i)``, whose gradients are the vector-Jacobian
-    products; the forward keeps the original outputs (the grad_output_i inputs only feed the
-    backward). Returns (fwd, bwd, flat positions of the differentiable outputs)."""
+    products; the forward keeps the original outputs (the incoming gradients ``grad_output_i``,
+    inputs of role ``grad``, only feed the backward, in the order of the outputs). Returns
+    (fwd, bwd, flat positions of the differentiable results)."""
     forward = run_pipeline(graph, passes, disable).graph
     late = [n for n in stages.select_names(passes, disable) if n in stages.SCHEDULING_PASSES]
-    flat = flatten_structure(forward.outputs[0])  # the result; state updates come after
+    flat = flatten_structure(forward.output("result"))
     positions = [i for i, v in enumerate(flat) if v is not None and v.type.dtype.is_floating_point]
     common = functools.reduce(promote_pair, [flat[i].type.dtype for i in positions])
     g = copy.deepcopy(forward)
@@ -130,22 +137,20 @@ def vjp_training_graphs(graph, wrt, passes, disable):
     total = None
     for k, i in enumerate(positions):
         v = by_name[flat[i].name]
-        term = b.mul(v, g.add_input(f"grad_output_{k}", v.type))
+        term = b.mul(v, g.add_input(f"grad_output_{k}", v.type, "grad"))
         if v.type.ndim:
             term = b.sum(term, dims=list(range(v.type.ndim)), keepdim=False)
         if v.type.dtype != common:  # outputs of several dtypes: one total (a cast's gradient
             term = b.cast(term, dtype=common)  # casts back, so each output gets its own)
         total = term if total is None else b.add(total, term)
-    structure = g.outputs
+    roles = g.output_roles()
     g.outputs = total
     joint = autodiff(g, wrt)
     values = {v.name: v for v in joint.values()}
-    joint.outputs = (map_structure(lambda v: values[v.name], structure),
-                     joint.outputs[1])
+    joint.set_outputs({**map_structure(lambda v: values[v.name], roles),
+                       "grad": joint.output("grad")})
     joint = run_pipeline(verify(joint), passes, list(disable or []) + late).graph
     fwd, bwd, _ = partition(joint)
-    fwd.inputs = [v for v in fwd.inputs if not v.name.startswith("grad_output_")]
-    verify(fwd)
     if late:
         fwd = run_pipeline(fwd, late).graph
         bwd = run_pipeline(bwd, late).graph

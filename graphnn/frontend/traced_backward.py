@@ -3,8 +3,9 @@
 Eager autograd cannot run on symbolic tensors (a trace records no tape), and differentiating
 the forward at this point would differentiate it before the passes fuse it. So a traced
 ``backward`` only records *what* is asked: for every bound leaf tensor that requires grad
-(a parameter), a new graph input ``%"grad:NAME"`` stands for d(loss)/d(leaf), and ``.grad`` is
-set from it as eager autograd would (a new tensor when ``.grad`` is None, an in-place
+(a parameter), a new graph input of role ``grad`` (``grad %"grad:NAME"``) stands for
+d(loss)/d(leaf), and ``.grad`` is set from it as eager autograd would (a new tensor when
+``.grad`` is None, an in-place
 accumulation into the existing one otherwise). The rest of the trace (an optimizer step) uses
 those tensors like any other. The request is kept on the trace state; a compiler replaces the
 inputs by the autodiff pass's gradients of the loss (``passes.step_autodiff``).
@@ -68,7 +69,7 @@ def traced_backward(state, tensors, grad_tensors, inputs, create_graph) -> None:
             continue  # eager backward leaves .grad alone where the loss does not reach
         name = GRAD_PREFIX + leaf.name
         gradient = trace_state.symbolic(
-            state.graph.add_input(name, TensorType(tuple(tensor.shape), tensor.dtype)))
+            state.graph.add_input(name, TensorType(tuple(tensor.shape), tensor.dtype), "grad"))
         grads[name] = leaf.name
         if tensor.grad is None:
             tensor.grad = gradient

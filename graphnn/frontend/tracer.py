@@ -25,8 +25,9 @@ TraceWarning), the training flag is not touched, and no trace state remains afte
 graph is verified before it is returned.
 
 ``trace_with_state`` is the compiler's form: named state (parameters, buffers, gradients,
-optimizer state) is bound up front and the graph also returns what was written to it, and a
-``loss.backward()`` inside is recorded as a request (``traced_backward``).
+optimizer state) is bound up front and the graph also returns what was written to it (its
+``update`` and ``rebound`` outputs), and a ``loss.backward()`` inside is recorded as a request
+(``traced_backward``).
 """
 from __future__ import annotations
 
@@ -74,9 +75,10 @@ def trace(fn_or_module, *example_inputs, **example_kwargs) -> Graph:
 
 @dataclass
 class TracedFunction:
-    """``trace_with_state``'s result: ``graph.outputs`` is ``(result, updates, extra)`` where
-    ``updates`` maps each bound state name written in place to its new value and ``extra`` is
-    what ``collect`` returned; ``backward`` is the traced ``loss.backward()`` request, if any."""
+    """``trace_with_state``'s result: the graph's ``result`` output is what the function
+    returned, its ``update`` outputs map each bound state name written in place to its new
+    value and its ``rebound`` outputs are what ``collect`` returned; ``backward`` is the traced
+    ``loss.backward()`` request, if any."""
 
     graph: Graph
     backward: object
@@ -88,10 +90,10 @@ def trace_with_state(fn, args, kwargs, bindings, modules=(), collect=None,
 
     ``bindings`` is ``[(name, tensor, kind)]`` ("param" for tensors that get gradients,
     "buffer" for other state: buffers, gradients, optimizer state); each becomes a graph
-    parameter. Writes to them (an optimizer step) become the ``updates`` output instead of
+    parameter. Writes to them (an optimizer step) become ``update`` outputs instead of
     warnings; the tensors themselves are left unchanged, as are the ``modules``' attributes.
-    ``collect(state)`` runs inside the trace after ``fn`` returns and gives extra outputs
-    (``{name: Value}``), e.g. for tensors the step stored in Python containers. ``name``
+    ``collect(state)`` runs inside the trace after ``fn`` returns and gives the ``rebound``
+    outputs (``{slot name: Value}``): tensors the step stored in Python places. ``name``
     names the graph (default: the function's name).
     """
     state = TraceState(Graph(name or _graph_name(fn)))
@@ -103,8 +105,9 @@ def trace_with_state(fn, args, kwargs, bindings, modules=(), collect=None,
     try:
         with trace_state.activate(state):
             result = _output_structure(state, fn(*args, **kwargs), "the output")
-            extra = collect(state) if collect is not None else {}
-            state.graph.outputs = (result, state.final_values(), extra)
+            rebound = collect(state) if collect is not None else {}
+            state.graph.set_outputs({"result": result, "update": state.final_values(),
+                                     "rebound": rebound})
     finally:
         restored = _restore(saved)
     frozen = [t for t, _ in state.consts.values() if t.requires_grad]

@@ -1,9 +1,20 @@
 """The IR: a Graph of typed SSA values and the Nodes that produce them.
 
 A Graph has named inputs, parameters and buffers (named by their state_dict keys), constants,
-nodes in topological order and an output structure (a value, or nested tuples/dicts of values).
-Every Node records its op (a registry name), its attributes, its result values and its
-provenance: the Module path that produced it and the user's source line.
+nodes in topological order and outputs. Every Node records its op (a registry name), its
+attributes, its result values and its provenance: the Module path that produced it and the
+user's source line.
+
+Roles. Every graph input has a role, its Value's ``kind`` (``INPUT_ROLES``): a plain ``input``
+of the call, an incoming gradient (``grad``: the upstream gradient a backward graph is fed, or
+a traced step's stand-in for d(loss)/d(parameter)), a ``random`` value the caller draws per call
+(a lifted ``rand``) or a ``hyper``-parameter (a number the caller supplies per call). Parameters
+and buffers (``param``, ``buffer``) are the state. Outputs are grouped by role
+(``OUTPUT_ROLES``): the ``result`` (any nested tuple/dict structure of values), the state
+``update`` (state name -> its new value, written in place by the caller), the ``rebound`` slots
+(slot name -> value the caller stores there: a new ``.grad``, a new optimizer state entry), the
+values ``saved`` for the backward graph (a tuple) and the ``grad``ients (differentiated input or
+parameter name -> gradient). They are read by role (``output``, ``unpack``), never by position.
 
 Two graphs are equal when their text forms are equal: the text form (``str(graph)``) is
 canonical and loses nothing (constants print exactly), so it doubles as the structural key.
@@ -17,7 +28,11 @@ import numpy as np
 from .errors import GraphnnError
 from .types import TensorType
 
-VALUE_KINDS = ("input", "param", "buffer", "const", "node")
+INPUT_ROLES = ("input", "grad", "random", "hyper")
+STATE_KINDS = ("param", "buffer")
+VALUE_KINDS = INPUT_ROLES + STATE_KINDS + ("const", "node")
+OUTPUT_ROLES = ("result", "update", "rebound", "saved", "grad")
+_EMPTY = {"result": None, "update": {}, "rebound": {}, "saved": (), "grad": {}}
 
 
 @dataclass(eq=False)
@@ -61,7 +76,7 @@ class Graph:
         self.params: list[Value] = []  # parameters and buffers, in state_dict order
         self.consts: list[Value] = []
         self.nodes: list[Node] = []
-        self.outputs = None  # a Value, or nested tuples/dicts of Values
+        self._outputs = {}  # role -> structure of Values (see OUTPUT_ROLES)
         self.notes: list[str] = []  # what passes decided and why (fusion refusals...)
         self._names: set[str] = set()
         self._counter = 0
@@ -79,8 +94,11 @@ class Graph:
             self._counter += 1
         return str(self._counter)
 
-    def add_input(self, name: str, type: TensorType) -> Value:
-        value = Value(self._claim(name), type, "input")
+    def add_input(self, name: str, type: TensorType, role: str = "input") -> Value:
+        if role not in INPUT_ROLES:
+            raise GraphnnError(f"graph {self.name}: {role!r} is not an input role "
+                               f"({', '.join(INPUT_ROLES)})")
+        value = Value(self._claim(name), type, role)
         self.inputs.append(value)
         return value
 
@@ -125,10 +143,59 @@ class Graph:
         node = self.add_node(op, inputs, attrs, types, scope=scope, source=source)
         return node.outputs[0] if len(node.outputs) == 1 else tuple(node.outputs)
 
+    # ---- outputs by role ------------------------------------------------------------------------
+
+    def output(self, role: str):
+        """The structure of ``role``'s outputs; when the graph has none, None for the result,
+        ``()`` for saved values and ``{}`` for the dict roles."""
+        return self._outputs.get(_check_role(role), _EMPTY[role])
+
+    def set_output(self, role: str, structure) -> None:
+        """Make ``structure`` the outputs of ``role`` (None or an empty one removes it)."""
+        if _check_role(role) != "result":
+            structure = _role_structure(role, structure)
+        if structure is None or (role != "result" and not structure):
+            self._outputs.pop(role, None)
+        else:
+            self._outputs[role] = structure
+        self._outputs = {r: self._outputs[r] for r in OUTPUT_ROLES if r in self._outputs}
+
+    def output_roles(self) -> dict:
+        """{role: structure} for every role the graph has outputs of, in ``OUTPUT_ROLES`` order."""
+        return dict(self._outputs)
+
+    def set_outputs(self, roles: dict) -> None:
+        """Replace every output: ``roles`` maps roles to their structures."""
+        self._outputs = {}
+        for role, structure in roles.items():
+            self.set_output(role, structure)
+
+    @property
+    def outputs(self):
+        """What running the graph returns (the structure a backend emits): the result alone
+        when the graph has no other role (None when it has no output), else a dict from each
+        role it has to that role's structure. Assigning a structure makes it the result and
+        removes every other role."""
+        roles = self._outputs
+        if set(roles) <= {"result"}:
+            return roles.get("result")
+        return dict(roles)
+
+    @outputs.setter
+    def outputs(self, structure):
+        self.set_outputs({"result": structure})
+
+    def unpack(self, returned) -> dict:
+        """{role: part} for every role in ``OUTPUT_ROLES``: ``returned`` (what running this
+        graph gave: the interpreter's or a kernel's value, shaped as ``outputs``) split by
+        role, with the empty structure of each role the graph has no outputs of."""
+        parts = {"result": returned} if set(self._outputs) <= {"result"} else dict(returned)
+        return {role: parts.get(role, _EMPTY[role]) for role in OUTPUT_ROLES}
+
     # ---- reading -----------------------------------------------------------------------------
 
     def output_values(self) -> list[Value]:
-        """The output structure's values, flattened in order."""
+        """The output structure's values, flattened in order (roles in ``OUTPUT_ROLES`` order)."""
         return flatten_structure(self.outputs)
 
     def values(self) -> list[Value]:
@@ -167,6 +234,26 @@ class Graph:
     def to_json(self) -> str:
         from .export import to_json
         return to_json(self)
+
+
+def _check_role(role: str) -> str:
+    if role not in OUTPUT_ROLES:
+        raise GraphnnError(f"{role!r} is not an output role ({', '.join(OUTPUT_ROLES)})")
+    return role
+
+
+def _role_structure(role: str, structure):
+    """``structure`` in the form ``role`` keeps: a tuple of values for saved values, a dict
+    with string keys for the others."""
+    if structure is None:
+        return None
+    if role == "saved":
+        if not isinstance(structure, (tuple, list)):
+            raise GraphnnError(f"saved outputs are a tuple of values, got {structure!r}")
+        return tuple(structure)
+    if not isinstance(structure, dict) or not all(isinstance(k, str) for k in structure):
+        raise GraphnnError(f"{role} outputs are a dict from names to values, got {structure!r}")
+    return dict(structure)
 
 
 def flatten_structure(structure) -> list:

@@ -24,7 +24,8 @@ def _check(value, array) -> np.ndarray:
 def interpret(graph: Graph, *inputs, params: dict | None = None):
     """Evaluate ``graph``: ``inputs`` in order, ``params`` by name (parameters and buffers).
 
-    Returns the output structure with NumPy arrays in place of values.
+    Returns ``graph.outputs`` with NumPy arrays in place of values (``graph.unpack`` splits
+    it by role).
     """
     if len(inputs) != len(graph.inputs):
         raise InterpretError(f"interpret: graph {graph.name} takes {len(graph.inputs)} inputs, "

@@ -15,7 +15,7 @@ import numpy as np
 
 from .dtypes import dtype_from_name
 from .errors import GraphnnError
-from .graph import Graph
+from .graph import INPUT_ROLES, OUTPUT_ROLES, Graph
 from .printer import ROOT_SCOPE
 from .registry import get_op
 from .types import TensorType, shape_problem
@@ -124,18 +124,63 @@ class _Parser:
         self.take("punct", "(")
         if not self.accept(")"):
             while True:
+                role = "input"
+                if self.peek()[0] == "word" and self.peek()[1] in INPUT_ROLES[1:]:
+                    role = self.take("word")
                 name, t = self.typed_name()
-                self.define(g.add_input(name, t))
+                self.define(g.add_input(name, t, role))
                 if self.accept(")"):
                     break
                 self.take("punct", ",")
         self.take("punct", "{")
-        while not self.accept("return"):
+        while not self.at_output_line():
             self.declaration(g)
-        g.outputs = self.structure()
-        self.take("punct", "}")
+        self.outputs(g)
         self.take("eof")
         return g
+
+    def at_output_line(self) -> bool:
+        kind, text = self.peek()[:2]
+        return kind == "word" and (text == "return" or text in OUTPUT_ROLES[1:])
+
+    def outputs(self, g: Graph):
+        """One or more output lines up to the closing brace, roles in ``OUTPUT_ROLES`` order."""
+        roles, last = {}, 0
+        while True:
+            if not self.at_output_line():
+                self.fail("expected an output line (return, update, rebound, saved, grad) "
+                          "or '}'")
+            word = self.take("word")
+            role = "result" if word == "return" else word
+            rank = OUTPUT_ROLES.index(role)
+            if rank < last or (role == "result" and "result" in roles):
+                self.i -= 1
+                self.fail(f"'{word}' lines come once and in the order return, update, rebound, "
+                          f"saved, grad")
+            last = rank
+            if role == "result":
+                roles["result"] = self.structure()
+            elif role == "saved":
+                roles.setdefault("saved", []).append(self.defined_value())
+            else:
+                key = self.string() if role == "rebound" else self.name("value")
+                entries = roles.setdefault(role, {})
+                if key in entries:
+                    self.i -= 1
+                    self.fail(f"'{word}' of {key!r} is given twice")
+                self.take("punct", "=")
+                entries[key] = self.defined_value()
+            if self.accept("}"):
+                break
+        g.set_outputs(roles)
+
+    def defined_value(self):
+        """A value name (``%x``) that names a value defined above."""
+        name = self.name("value")
+        if name not in self.values:
+            self.i -= 1
+            self.fail(f"output of undefined value %{name}")
+        return self.values[name]
 
     def define(self, value):
         self.values[value.name] = value
@@ -191,7 +236,7 @@ class _Parser:
         elif kind == "value":
             self.node(g)
         else:
-            self.fail("expected a declaration, a node or 'return'")
+            self.fail("expected a declaration, a node, an output line or '}'")
 
     def const_data(self, t: TensorType) -> np.ndarray:
         start = self.i
@@ -309,11 +354,7 @@ class _Parser:
         self.check_depth(depth)
         kind, text = self.peek()[:2]
         if kind == "value":
-            name = self.name("value")
-            if name not in self.values:
-                self.i -= 1
-                self.fail(f"return of undefined value %{name}")
-            return self.values[name]
+            return self.defined_value()
         if self.accept("none"):
             return None
         if self.accept("("):

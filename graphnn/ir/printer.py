@@ -8,6 +8,13 @@
       return (%0, {"a": %1})
     }
 
+Inputs other than plain ones print their role before the name (``grad %g: f32[2]``,
+``random %r: f32[2]``, ``hyper %lr: f64[]``). Outputs print by role after the nodes, each role
+on its own lines in a fixed order: ``return STRUCTURE`` (the result; left out when the graph has
+none and has other outputs), ``update %state = %v`` per state update, ``rebound "slot" = %v``
+per rebound slot, ``saved %v`` per value saved for the backward, ``grad %name = %v`` per
+gradient. A graph whose only output is its result prints just its ``return`` line.
+
 Provenance follows a node: ``@path`` (the Module), ``at "file:line"`` and ``fuse=GROUP`` when
 a fusion pass put the node in a group that a backend emits as one kernel. Attributes print as ``true``/``false``/``none``, ints, floats (always with a ``.``, an exponent,
 ``inf`` or ``nan``), JSON strings, ``[...]`` tuples and dtype short names. Constants print every
@@ -108,8 +115,30 @@ def format_structure(structure) -> str:
     return format_name(structure.name)
 
 
+def format_output_lines(graph) -> list:
+    """The ``return``/``update``/``rebound``/``saved``/``grad`` lines of ``graph``."""
+    roles = graph.output_roles()
+    lines = []
+    if "result" in roles or not roles:
+        lines.append(f"return {format_structure(roles.get('result'))}")
+    for name, v in roles.get("update", {}).items():
+        lines.append(f"update {format_name(name)} = {format_name(v.name)}")
+    for slot, v in roles.get("rebound", {}).items():
+        lines.append(f"rebound {json.dumps(slot)} = {format_name(v.name)}")
+    lines += [f"saved {format_name(v.name)}" for v in roles.get("saved", ())]
+    for name, v in roles.get("grad", {}).items():
+        lines.append(f"grad {format_name(name)} = {format_name(v.name)}")
+    return lines
+
+
+def format_input(value) -> str:
+    """``%x: f32[2]``, with the role in front for inputs that are not plain (``grad %g: ...``)."""
+    role = "" if value.kind == "input" else f"{value.kind} "
+    return f"{role}{format_name(value.name)}: {value.type}"
+
+
 def format_graph(graph) -> str:
-    args = ", ".join(f"{format_name(v.name)}: {v.type}" for v in graph.inputs)
+    args = ", ".join(format_input(v) for v in graph.inputs)
     name = graph.name if graph.name.isidentifier() and graph.name.isascii() \
         else json.dumps(graph.name)
     lines = [f"graph {name}({args}) {{"]
@@ -117,6 +146,6 @@ def format_graph(graph) -> str:
     lines += [f"  const {format_name(v.name)}: {v.type} = {format_const(v.data)}"
               for v in graph.consts]
     lines += [f"  {format_node(n)}" for n in graph.nodes]
-    lines.append(f"  return {format_structure(graph.outputs)}")
+    lines += [f"  {line}" for line in format_output_lines(graph)]
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -61,8 +61,8 @@ class Rewriter:
         return self.graph.add_const(array)
 
     def finish(self) -> Graph:
-        self.graph.outputs = map_structure(self.value, self.source.outputs) \
-            if self.source.outputs is not None else None
+        self.graph.set_outputs({role: map_structure(self.value, structure)
+                                for role, structure in self.source.output_roles().items()})
         return renumber(self.graph)
 
 

@@ -4,13 +4,17 @@ Checks unique value names, definition before use (which also rules out cycles), 
 value's shape is one a tensor can have (``types.shape_problem``: at most 64 dims, sizes and
 element count within int64), that each node's op exists, its attributes are valid for the op's
 schema, its input count fits the op, its result types equal what the op's shape rule gives, that
-constants match their types and that the outputs are defined values. The first violation raises
+constants match their types, that every input, parameter and constant has a kind its list
+allows (inputs an input role, parameters ``param`` or ``buffer``), and that the outputs are
+defined values whose roles fit: a state ``update`` names a parameter or buffer and has its type,
+a ``grad`` of a value defined in the graph names an input, parameter or buffer and has its type
+(a backward graph may return gradients of values it does not read). The first violation raises
 ``VerifyError`` (and nothing else) naming the node or value.
 """
 from __future__ import annotations
 
 from .errors import GraphnnError
-from .graph import Graph, flatten_structure
+from .graph import INPUT_ROLES, STATE_KINDS, Graph, flatten_structure
 from .printer import format_node
 from .registry import get_op
 from .types import TensorType, shape_problem
@@ -27,6 +31,12 @@ def _fail(node, message):
 def verify(graph: Graph) -> Graph:
     """Raise VerifyError for the first broken invariant; return the graph when it is valid."""
     defined = {}
+    for values, kinds in ((graph.inputs, INPUT_ROLES), (graph.params, STATE_KINDS),
+                          (graph.consts, ("const",))):
+        for value in values:
+            if value.kind not in kinds:
+                raise VerifyError(f"graph {graph.name}: %{value.name} has kind {value.kind!r} "
+                                  f"where one of {', '.join(kinds)} belongs")
     for value in graph.inputs + graph.params + graph.consts:
         if value.name in defined:
             raise VerifyError(f"graph {graph.name}: value %{value.name} is defined twice")
@@ -52,7 +62,24 @@ def verify(graph: Graph) -> Graph:
         if defined.get(getattr(value, "name", None)) is not value:
             raise VerifyError(f"graph {graph.name}: output {value!r} is not a value defined "
                               f"in the graph")
+    _verify_roles(graph, defined)
     return graph
+
+
+def _verify_roles(graph: Graph, defined: dict) -> None:
+    """State updates name state of the graph, gradients name inputs or state; types agree."""
+    for role, kinds in (("update", STATE_KINDS), ("grad", INPUT_ROLES + STATE_KINDS)):
+        for name, value in graph.output(role).items():
+            target = defined.get(name)
+            if target is None and role == "grad":
+                continue  # the gradient of a value this (backward) graph does not read
+            if target is None or target.kind not in kinds:
+                what = "not defined" if target is None else f"a {target.kind}"
+                raise VerifyError(f"graph {graph.name}: {role} %{name} = %{value.name}: %{name} "
+                                  f"is {what}, not one of {', '.join(kinds)}")
+            if value.type != target.type:
+                raise VerifyError(f"graph {graph.name}: {role} %{name} = %{value.name} has type "
+                                  f"{value.type}, %{name} has {target.type}")
 
 
 def _verify_node(node, defined):

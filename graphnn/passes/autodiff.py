@@ -1,9 +1,10 @@
 """Autodiff as a graph transform: append the backward computation to a graph.
 
-``autodiff(graph, wrt)`` assumes a verified graph whose first output is the value to
-differentiate. It returns a new graph (the input is not modified) with the same inputs plus
-one ``grad_output`` input when that value is not a scalar, computing
-``(original outputs, {name: gradient})`` for every input or parameter named in ``wrt``.
+``autodiff(graph, wrt)`` assumes a verified graph without ``grad`` outputs whose first
+``result`` value is the value to differentiate. It returns a new graph (the input is not
+modified) with the same inputs plus one incoming-gradient input (role ``grad``, named
+``grad_output``) when that value is not a scalar, and the same outputs plus a ``grad`` output
+for every input or parameter named in ``wrt``.
 Gradients come only from the registry's gradient rules (the same ones eager autograd runs),
 applied through a Builder that appends IR nodes; one driver sums gradients of reused values and
 undoes broadcasting (``Builder.fit``). Backward nodes carry the provenance of the forward node
@@ -17,7 +18,7 @@ import networkx as nx
 
 from ..ir.emit import Builder, GradContext
 from ..ir.errors import GraphnnError
-from ..ir.graph import Graph
+from ..ir.graph import Graph, flatten_structure
 from ..ir.graph_emitter import GraphEmitter
 from ..ir.registry import get_op
 
@@ -36,6 +37,8 @@ def _needs_grad(graph: Graph, wrt_names: set) -> set:
 
 
 def autodiff(graph: Graph, wrt) -> Graph:
+    if graph.output("grad"):
+        raise AutodiffError(f"autodiff: graph {graph.name} already returns gradients")
     joint = copy.deepcopy(graph)
     joint.name = f"{graph.name}_grad"
     by_name = {v.name: v for v in joint.inputs + joint.params}
@@ -43,18 +46,17 @@ def autodiff(graph: Graph, wrt) -> Graph:
     if unknown:
         raise AutodiffError(f"autodiff: {unknown} are not inputs or parameters of graph "
                             f"{graph.name} (have {sorted(by_name)})")
-    outputs = joint.output_values()
+    outputs = flatten_structure(joint.output("result"))
     if not outputs:
-        raise AutodiffError(f"autodiff: graph {graph.name} has no output to differentiate")
+        raise AutodiffError(f"autodiff: graph {graph.name} has no result to differentiate")
     target = outputs[0]
     if not target.type.dtype.is_floating_point:
         raise AutodiffError(f"autodiff: output %{target.name} is {target.type}, not floating")
-    forward_outputs = joint.outputs
     builder = Builder(GraphEmitter(joint))
     if target.type.ndim == 0:
         seed = builder.full(shape=(), value=1.0, dtype=target.type.dtype)
     else:
-        seed = joint.add_input("grad_output", target.type)
+        seed = joint.add_input("grad_output", target.type, "grad")
     needed = _needs_grad(joint, set(wrt))
     grads = {target.name: seed}
     for node in reversed(list(joint.nodes)):
@@ -89,5 +91,5 @@ def autodiff(graph: Graph, wrt) -> Graph:
         v = by_name[name]
         grad = grads.get(name)
         result[name] = grad if grad is not None else builder.zeros(v.type.shape, v.type.dtype)
-    joint.outputs = (forward_outputs, result)
+    joint.set_output("grad", result)
     return joint

@@ -1,8 +1,8 @@
 """Split a joint forward+backward graph into a forward graph and a backward graph.
 
-``partition(joint)`` assumes ``joint`` comes from ``autodiff`` (outputs
-``(forward_outputs, {name: gradient})``), possibly optimized since. Its forward part is every
-node the forward outputs depend on; every other node belongs to the backward. It decides,
+``partition(joint)`` assumes ``joint`` comes from ``autodiff`` (``grad`` outputs beside the
+forward's own: ``result``, ``update``, ``rebound``), possibly optimized since. Its forward part
+is every node the forward outputs depend on; every other node belongs to the backward. It decides,
 with a minimum cut weighted by bytes (networkx), which forward values the forward graph saves
 for the backward graph and which cheap values the backward graph recomputes from saved ones:
 
@@ -12,12 +12,13 @@ for the backward graph and which cheap values the backward graph recomputes from
   either saved or, when the cut prefers, reached through recomputation of its elementwise
   consumers' operands, never recomputed itself.
 
-Guarantees: the forward graph returns ``(forward_outputs, saved tuple)``; the backward graph
-takes the saved values first (same names, same order), then ``grad_output`` (if the joint
-graph has it) and the original inputs and parameters it reads, and returns the gradient dict.
-Node results of both are numbered in order (0, 1, 2...). A pass that reorders nodes
-(``fuse_elementwise`` makes groups contiguous) renumbers the forward's saved values, so
-callers join them to the backward's inputs by position, not by name. Running forward then
+Guarantees: the forward graph has the joint graph's inputs except the incoming gradients
+(role ``grad``) and returns the forward outputs and the ``saved`` values; the backward graph
+takes the saved values first (same names, same order), then every incoming gradient and the
+original inputs and parameters it reads, in the joint graph's order and keeping their roles,
+and returns the ``grad`` outputs. Node results of both are numbered in order (0, 1, 2...). A
+pass that reorders nodes (``fuse_elementwise`` makes groups contiguous) renumbers the forward's
+saved values, so callers join them to the backward's first inputs in order, not by name. Running forward then
 backward gives exactly the joint graph's values. ``PartitionReport`` lists every saved tensor
 with its bytes and every recomputed value.
 """
@@ -113,7 +114,8 @@ def _forward_part(joint: Graph, forward_outputs) -> set:
 
 def partition(joint: Graph):
     """(forward graph, backward graph, PartitionReport); see the module docstring."""
-    forward_outputs, grads = joint.outputs
+    forward_outputs = joint.output_roles()
+    grads = forward_outputs.pop("grad", {})
     part = _forward_part(joint, forward_outputs)
     forward_nodes = [n for n in joint.nodes if id(n) in part]
     backward_nodes = [n for n in joint.nodes if id(n) not in part]
@@ -123,10 +125,9 @@ def partition(joint: Graph):
 
     fwd = Graph(f"{joint.name}_forward")
     env = {}
-    grad_output_names = {"grad_output"}
     for v in joint.inputs:
-        if v.name not in grad_output_names:
-            env[v.name] = fwd.add_input(v.name, v.type)
+        if v.kind != "grad":
+            env[v.name] = fwd.add_input(v.name, v.type, v.kind)
     for v in joint.params:
         env[v.name] = fwd.add_param(v.name, v.type, v.kind)
     for v in joint.consts:
@@ -137,8 +138,8 @@ def partition(joint: Graph):
                            names=[v.name for v in node.outputs], fusion=node.fusion)
         env.update({v.name: nv for v, nv in zip(node.outputs, new.outputs)})
     saved_values = [v for n in forward_nodes for v in n.outputs if v.name in saved]
-    fwd.outputs = (map_structure(lambda v: env[v.name], forward_outputs),
-                   tuple(env[v.name] for v in saved_values))
+    fwd.set_outputs({**map_structure(lambda v: env[v.name], forward_outputs),
+                     "saved": tuple(env[v.name] for v in saved_values)})
     renumber(fwd)  # saved values join the backward's first inputs by position
     for v in saved_values:
         report.saved.append((env[v.name].name, str(v.type), _bytes(v), v.producer.scope))
@@ -149,8 +150,8 @@ def partition(joint: Graph):
         benv[v.name] = bwd.add_input(env[v.name].name, v.type)
     used = reads | {v.name for n in recompute for v in n.inputs}
     for v in joint.inputs:
-        if v.name in used or v.name in grad_output_names:
-            benv[v.name] = bwd.add_input(v.name, v.type)
+        if v.name in used or v.kind == "grad":
+            benv[v.name] = bwd.add_input(v.name, v.type, v.kind)
     for v in joint.params:
         if v.name in used:
             benv[v.name] = bwd.add_param(v.name, v.type, v.kind)
@@ -162,7 +163,7 @@ def partition(joint: Graph):
                            [v.type for v in node.outputs], scope=node.scope, source=node.source,
                            fusion=node.fusion)
         benv.update({v.name: nv for v, nv in zip(node.outputs, new.outputs)})
-    bwd.outputs = {k: benv[v.name] for k, v in grads.items()}
+    bwd.set_output("grad", {k: benv[v.name] for k, v in grads.items()})
     renumber(bwd)
     for node in recompute:
         report.recomputed.append((benv[node.outputs[0].name].name, node.op, node.scope))

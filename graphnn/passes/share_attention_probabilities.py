@@ -51,10 +51,11 @@ def _split(graph: Graph, chosen: set):
         rw.bind(node.outputs[0], builder.matmul(p, inputs[2]))
         probabilities.append(p)
     split = rw.finish()
-    split.outputs = (split.outputs, tuple(probabilities))  # tracked through the passes
+    # the outputs of every role and the probabilities, tracked through the passes as one result
+    split.outputs = (split.output_roles(), tuple(probabilities))
     split = eliminate_common_subexpressions(simplify(fold_constants(split)))
-    outputs, tracked = split.outputs
-    split.outputs = outputs
+    roles, tracked = split.outputs
+    split.set_outputs(roles)
     return split, tracked
 
 

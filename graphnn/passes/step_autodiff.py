@@ -1,10 +1,11 @@
 """Fill in the gradients of a traced training step: forward, autodiff, then the rest.
 
-A traced step (``graphnn.compile(train_step)``) has graph inputs standing for gradients
-(``%"grad:model.0.weight"``, one per parameter that ``loss.backward()`` reached) that the
+A traced step (``graphnn.compile(train_step)``) has incoming-gradient inputs (role ``grad``:
+``grad %"grad:model.0.weight"``, one per parameter that ``loss.backward()`` reached) that the
 optimizer update reads. ``differentiate_step(graph, loss, grads, optimize)`` assumes a verified
-graph, the loss's value name and ``{gradient input name: parameter name}``; it returns a new
-graph without those inputs, equal in meaning, computing:
+graph, the loss's value name and ``{gradient input name: parameter name}`` naming every one of
+those inputs; it returns a new graph without them, with the same outputs, equal in meaning,
+computing:
 
 1. the *forward part*: every node that does not depend on a gradient input, with outputs the
    loss and each of its values that later nodes or the graph outputs read; ``optimize`` (the
@@ -43,6 +44,10 @@ def differentiate_step(graph: Graph, loss: str, grads: dict, optimize) -> Graph:
     by_name = {v.name: v for v in graph.values()}
     if loss not in by_name:
         raise StepAutodiffError(f"step graph {graph.name}: the loss %{loss} is not a value")
+    incoming = {v.name for v in graph.inputs if v.kind == "grad"}
+    if incoming != set(grads):
+        raise StepAutodiffError(f"step graph {graph.name}: its incoming gradients "
+                                f"{sorted(incoming)} are not the requested {sorted(grads)}")
     later = _after_gradients(graph, set(grads))
     later_ids = {id(n) for n in later}
     later_values = {v.name for n in later for v in n.outputs} | set(grads)
@@ -56,7 +61,7 @@ def differentiate_step(graph: Graph, loss: str, grads: dict, optimize) -> Graph:
             crossing.append(v.name)
 
     forward = copy.deepcopy(graph)
-    forward.inputs = [v for v in forward.inputs if v.name not in grads]
+    forward.inputs = [v for v in forward.inputs if v.kind != "grad"]
     forward.nodes = [n for n, original in zip(forward.nodes, graph.nodes)
                      if id(original) not in later_ids]
     values = {v.name: v for v in forward.values()}
@@ -64,7 +69,8 @@ def differentiate_step(graph: Graph, loss: str, grads: dict, optimize) -> Graph:
     forward = optimize(verify(forward))
 
     joint = autodiff(forward, list(dict.fromkeys(grads.values())))
-    (_, crossed), gradients = joint.outputs
+    _, crossed = joint.output("result")
+    gradients = joint.output("grad")
     renamed = dict(zip(crossing, crossed))
     renamed.update({name: gradients[param] for name, param in grads.items()})
     joint_values = {v.name: v for v in joint.values() if v.kind != "const"}
@@ -77,8 +83,7 @@ def differentiate_step(graph: Graph, loss: str, grads: dict, optimize) -> Graph:
         new = joint.add_node(node.op, inputs, node.attrs, [v.type for v in node.outputs],
                              scope=node.scope, source=node.source)
         renamed.update({old.name: v for old, v in zip(node.outputs, new.outputs)})
-    joint.inputs = [v for v in joint.inputs if v.name not in grads]
-    joint.outputs = map_structure(lambda v: renamed.get(v.name) or joint_values[v.name],
-                                  graph.outputs)
+    joint.set_outputs(map_structure(lambda v: renamed.get(v.name) or joint_values[v.name],
+                                    graph.output_roles()))
     joint.name = graph.name
     return verify(joint)
