@@ -5,9 +5,9 @@ A backend is a ``Backend`` object (one per folder under ``graphnn/codegen/``, ex
 
 - ``name`` and ``version``: the version is part of every kernel's cache key, so it must change
   whenever the generated source would (the NumPy backend hashes its own files);
-- ``device``: where its kernels' arrays live (a ``Device``: allocate, upload, download, copy,
-  owner). The runtime's launcher keeps parameters, buffers and optimizer state there between
-  calls;
+- ``device``: where its kernels' arrays live (a ``Device``: allocate, upload, download,
+  copy, type_of, owner). The runtime's launcher keeps parameters, buffers and optimizer state
+  there between calls;
 - ``kernel_kinds``: the kernel kinds (``graphnn.ir.schedule.KernelKind``) its generator has
   templates for; the scheduling pass receives this set as data (passes never import codegen);
 - ``native_ops``: the registry ops it lowers itself; the decompose pass rewrites the others
@@ -33,6 +33,7 @@ from typing import Callable, Hashable
 
 import numpy as np
 
+from ..ir.registry import type_of_array
 from ..ir.schedule import KernelKind
 
 
@@ -62,6 +63,10 @@ class Device(abc.ABC):
     @abc.abstractmethod
     def copy(self, src, dst) -> None:
         """Write ``src``'s values into the device array ``dst`` (same shape and dtype)."""
+
+    @abc.abstractmethod
+    def type_of(self, array):
+        """The IR ``TensorType`` (shape and dtype) of the device array ``array``."""
 
     @abc.abstractmethod
     def owner(self, array) -> Hashable:
@@ -95,6 +100,9 @@ class HostDevice(Device):
 
     def copy(self, src, dst):
         np.copyto(dst, src)
+
+    def type_of(self, array):
+        return type_of_array(array)
 
     def owner(self, array):
         return numpy_owner(array)

@@ -399,8 +399,89 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
         data = trace_state.readable_data(self, "copying or pickling a tensor")
         return (_rebuild_tensor, (data.copy(), self._requires_grad))
 
+    # ---- a host copy behind a device copy (runtime/launcher.py) ---------------------------------
+
+    def _mark_host_stale(self, refresh) -> None:
+        """A kernel wrote this tensor's device copy: ``refresh()`` (which writes the device's
+        values into ``_host_array()`` in place) runs before ``_data`` is next read or replaced
+        by assignment (then it is dropped). See ``_StaleHostData``."""
+        self.__dict__["_host_refresh"] = refresh
+        cls = type(self)
+        if not isinstance(cls.__dict__.get("_data"), _StaleHostData):
+            self.__class__ = _stale_class(cls)
+
+    def _host_array(self) -> np.ndarray:
+        """The host array as it is, not refreshed (for the launcher, which knows)."""
+        return self.__dict__["_data"]
+
 
 def _rebuild_tensor(array, requires_grad):
     t = Tensor._wrap(array)
     t._requires_grad = requires_grad
     return t
+
+
+class _StaleHostData:
+    """``_data`` of a tensor whose host copy a device kernel has made stale.
+
+    Eager code reads ``_data`` in many places (``dispatch.apply_op``, in-place writes, printing,
+    ``numpy()``, shapes, the optimizers...), so the refresh cannot live at one funnel, and a
+    property on ``Tensor`` would tax every one of those reads. Instead a stale tensor's class is
+    swapped for a subclass (``_stale_class``) whose ``_data`` is this data descriptor, which
+    takes precedence over the instance attribute: the first read runs the launcher's refresh
+    and swaps the plain class back; assigning ``_data`` (``x.data = y``) drops the refresh.
+    Every other tensor, and every tensor of a host backend (the NumPy one: its device arrays
+    are the host arrays, nothing is ever stale), keeps ``_data`` a plain attribute read.
+
+    The mark is per tensor object: the launcher marks the state tensors it runs with (the
+    parameter, its ``.grad``, the optimizer's state tensors), and the refresh writes into the
+    host array in place. An alias made afterwards reads refreshed memory (making one reads
+    ``_data``). A view or ``detach()`` made before the compiled call shares the memory but not
+    the mark: it shows the new values once the tensor itself has been read, and an in-place
+    write through it while the tensor is stale is refused by the launcher at the next call
+    (the device values would be lost).
+    """
+
+    def __get__(self, t, owner=None):
+        if t is None:
+            return self
+        refresh = t.__dict__.get("_host_refresh")
+        if refresh is not None:
+            refresh()
+        _unmark(t)
+        return t.__dict__["_data"]
+
+    def __set__(self, t, value):
+        _unmark(t)
+        t.__dict__["_data"] = value
+
+
+def _unmark(t) -> None:
+    t.__dict__.pop("_host_refresh", None)
+    cls = type(t)
+    if isinstance(cls.__dict__.get("_data"), _StaleHostData):
+        t.__class__ = cls.__mro__[1]
+
+
+def _stale_shape(t) -> Size:
+    return Size(t.__dict__["_data"].shape)
+
+
+def _stale_dtype(t) -> DType:
+    return from_numpy_dtype(t.__dict__["_data"].dtype)
+
+
+_STALE_CLASSES: dict = {}  # tensor class -> its stale twin
+
+
+def _stale_class(cls):
+    """``cls``'s subclass for stale host copies (same names, so ``repr`` and errors read the
+    same; ``isinstance`` checks still hold). Its shape and dtype come from the host array as it
+    is: a refresh changes values only, so reading them (guards, shape checks) downloads nothing."""
+    stale = _STALE_CLASSES.get(cls)
+    if stale is None:
+        stale = _STALE_CLASSES[cls] = type(cls.__name__, (cls,), {
+            "_data": _StaleHostData(), "shape": property(_stale_shape),
+            "dtype": property(_stale_dtype), "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__, "__doc__": cls.__doc__})
+    return stale

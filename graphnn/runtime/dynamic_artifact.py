@@ -6,9 +6,10 @@ a ``ShapeTemplate`` over them, plus the shape of each graph input and output as 
 the batch size; it raises ``NotGeneric`` when the sources, the inputs or the outputs differ in
 more than sizes.
 
-``DynamicArtifact.run(arrays, params)`` reads the batch size off the inputs (the first input
-dimension that depends on it), checks every input against its forms (a ``GuardError`` naming the
-input and the size it was measured from), and runs the kernel for that size: the template's text
+``DynamicArtifact.check(arrays)`` reads the batch size off the host inputs (the first input
+dimension that depends on it) and checks every input against its forms (a ``GuardError`` naming
+the input and the size it was measured from); ``launch(arrays, params, to_host)`` runs the kernel
+for that size on device arrays (``run`` is both, for host arrays): the template's text
 for the size, loaded once and kept for the ``KEPT_SIZES`` sizes used last, with scratch buffers
 per thread and per size. No tracing, pass or code generation runs for a new size. In debug mode
 (``runtime.debug``) each returned array is checked against its output's IR type at that size.
@@ -152,15 +153,27 @@ class DynamicArtifact:
             by_size.move_to_end(size)
         return buffers
 
-    def run(self, arrays, params: dict):
-        size = self.size_of(arrays)
+    def check(self, arrays) -> None:
+        """Raise GuardError unless the host ``arrays`` fit the forms at the size they carry."""
+        self.size_of(arrays)
+
+    def launch(self, arrays, params: dict, to_host=None):
+        """The kernel's outputs for checked inputs (arrays of the backend's device), at the
+        batch size they carry."""
+        i, d = self._carrier
+        size = self.input_forms[i][1][d].solve(arrays[i].shape[d])
         kernel = self.kernel_for(size)
         self.calls += 1
         results = kernel(list(arrays), params, self._buffers(size))
         if debug.ENABLED:
             debug.check_outputs(f"compiled {self.name} (graph {self.graph.name}, B={size})",
-                                self.output_types(size), results)
+                                self.output_types(size), to_host(results) if to_host else results)
         return results
+
+    def run(self, arrays, params: dict):
+        """``check`` and ``launch`` for host arrays."""
+        self.check(arrays)
+        return self.launch(arrays, params)
 
     def output_types(self, size: int) -> list:
         """(name, TensorType) of each output value at batch size ``size``."""

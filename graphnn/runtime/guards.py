@@ -62,7 +62,10 @@ def _dtype_name(dtype) -> str:
 
 
 def spec_of(tensor) -> TensorSpec:
-    return TensorSpec(tensor._data.shape, _dtype_name(tensor._data.dtype), tensor._requires_grad)
+    """The tensor's guard entry, read off its host array as it is (a host copy behind its
+    device copy has the right shape and dtype: checking it downloads nothing)."""
+    host = tensor._host_array()
+    return TensorSpec(host.shape, _dtype_name(host.dtype), tensor._requires_grad)
 
 
 def _shape(shape) -> str:
