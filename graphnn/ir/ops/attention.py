@@ -16,7 +16,9 @@ it the softmax is the plain one and such a row gives NaN, as a hand-written
 reproduces the unfused one.
 
 The gradient rule recomputes the probabilities from q, k and the mask (as flash attention's
-backward does) and is written in registry ops only.
+backward does) and is written in registry ops only. The decomposition is the reference's
+computation in registry ops (heads repeated by reshape/expand, matmuls, where, softmax; dropout
+draws the same keep mask with the ``rand`` op and the same seed), float16 through float32.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from ..dtypes import bool_, from_numpy_dtype
 from ..errors import AttributeError_, DTypeError, ShapeError
 from ..registry import Attr, OpDef, OpGroup, get_op, register
 from ..types import TensorType
+from .compute import as_dtype, upcast
 from .shape_rules import broadcast_shapes, fmt_shape
 
 NAME = "scaled_dot_product_attention"
@@ -228,6 +231,34 @@ def _grad_attention(b, ctx, g):
     return grads
 
 
+# ---- decomposition -------------------------------------------------------------------------------
+
+def _reference_probabilities(b, ctx, s):
+    """softmax(s) along the last dim as ``_attention`` takes it: with ``safe_softmax`` a row whose
+    maximum is -inf (every key hidden) gives zeros; without, the plain softmax (NaN there)."""
+    if not ctx.attrs["safe_softmax"] or b.shape(s)[-1] == 0:
+        return b.softmax(s, dim=-1)
+    dt = b.dtype(s)
+    empty = b.eq(b.amax(s, dims=(-1,), keepdim=True), b.scalar(float("-inf"), dt))
+    zero = b.scalar(0, dt)
+    return b.where(empty, zero, b.softmax(b.where(empty, zero, s), dim=-1))
+
+
+def _decompose_attention(b, ctx):
+    """``_attention`` in registry ops: repeat kv heads, scores, hide keys, add a float mask,
+    (safe) softmax, dropout with the forward's keep mask, times v."""
+    attrs, dt = ctx.attrs, ctx.output_types[0].dtype
+    q, k, v = (upcast(b, ctx.input(i)) for i in range(3))
+    k, v = _repeat_heads(b, k, attrs["kv_groups"]), _repeat_heads(b, v, attrs["kv_groups"])
+    s, _ = _masked_scores(b, ctx, q, k)  # a float16 float mask is added in float32
+    p = _reference_probabilities(b, ctx, s)
+    if attrs["dropout_p"]:
+        drawn = b.rand(shape=b.shape(p), dtype=dt, seed=attrs["seed"])
+        keep = b.cast(b.ge(drawn, b.scalar(attrs["dropout_p"], dt)), dtype=b.dtype(p))
+        p = b.mul(b.mul(p, keep), b.scalar(1.0 / (1.0 - attrs["dropout_p"]), b.dtype(p)))
+    return [as_dtype(b, b.matmul(p, v), dt)]
+
+
 register(OpDef(name=NAME, group=OpGroup.FUSED, infer=_infer, impl=_attention,
-               grad=_grad_attention, attrs=ATTRS, arity=(3, 4),
+               grad=_grad_attention, attrs=ATTRS, arity=(3, 4), decompose=_decompose_attention,
                doc="dropout(softmax(q kᵀ · scale + mask)) v with causal, GQA and dropout"))

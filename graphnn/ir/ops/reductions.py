@@ -158,20 +158,12 @@ def _grad_std(b, ctx, g):
     return _grad_var(b, ctx, b.where(b.eq(std, zero), zero, g_var))
 
 
-def _decompose_var(b, ctx):
-    """sum((x - mean)^2) / max(N - correction, 0), float16 through float32."""
-    x, dims = upcast(b, ctx.input(0)), ctx.attrs["dims"]
-    centered = b.sub(x, b.mean(x, dims=dims, keepdim=True))
-    total = b.sum(b.mul(centered, centered), dims=dims, keepdim=ctx.attrs["keepdim"])
-    dof = b.scalar(max(_count(ctx) - ctx.attrs["correction"], 0), b.dtype(total))
-    return [as_dtype(b, b.div(total, dof), ctx.output_types[0].dtype)]
-
-
 _CORRECTION = {"correction": Attr("int", 1)}
-_reduction("var", _var, _grad_var, _float_only, attrs=_CORRECTION, decompose=_decompose_var,
+# var and std stay core: their gradients are not those of a decomposition where N <= correction
+# (var's forward divides by max(N - correction, 0), its gradient by N - correction, as
+# PyTorch's) and, for std, where std is 0 (sqrt's derivative is infinite, std's gradient is 0)
+_reduction("var", _var, _grad_var, _float_only, attrs=_CORRECTION,
            doc="sum((x - mean)^2) / (N - correction)")
-# std stays core: sqrt(var) has an infinite derivative where std is 0, and std's gradient
-# there is 0 (as PyTorch's)
 _reduction("std", _std, _grad_std, _float_only, attrs=_CORRECTION, saves_outputs=(0,),
            doc="sqrt(var)")
 
