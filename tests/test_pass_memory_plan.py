@@ -230,11 +230,11 @@ class MLPLoss(nn.Module):
 
 def training_step(lr=0.1, momentum=0.9) -> Graph:
     """Loss, gradients (autodiff) and an SGD-with-momentum step for every parameter; returns
-    (loss, {param: new value}, {momentum buffer: new value})."""
+    the loss (result) and the new parameters and momentum buffers (update outputs)."""
     graph = graphnn.trace(MLPLoss(), graphnn.randn(5, 4), graphnn.randn(5, 3))
     names = [p.name for p in graph.params]
     joint = autodiff(graph, names)
-    loss, grads = joint.outputs
+    loss, grads = joint.output("result"), joint.output("grad")
     lr_value = joint.add_const(np.array(lr, np.float32))
     mu = joint.add_const(np.array(momentum, np.float32))
     params = {p.name: p for p in joint.params}
@@ -246,13 +246,12 @@ def training_step(lr=0.1, momentum=0.9) -> Graph:
         step = joint.call("mul", m_new, lr_value, scope="opt")
         new[name] = joint.call("sub", params[name], step, scope="opt")
         state[m.name] = m_new
-    joint.outputs = (loss, new, state)
+    joint.set_outputs({"result": loss, "update": {**new, **state}})
     return verify(joint)
 
 
 def _update_map(graph):
-    _, new, state = graph.outputs
-    return {v.name: k for part in (new, state) for k, v in part.items()}
+    return {v.name: k for k, v in graph.output("update").items()}
 
 
 def test_training_step_updates_parameters_and_state_in_place():
@@ -267,8 +266,8 @@ def test_training_step_updates_parameters_and_state_in_place():
     assert plan.peak_after <= baseline.peak_after < baseline.peak_before
     assert all(not set(b.values) & set(updates) for b in plan.buffers)
     inputs, params, final = assert_plan_sound(plan)
-    _, new, state = interpret(graph, *inputs, params=params)
-    for name, value in {**new, **state}.items():
+    new = graph.unpack(interpret(graph, *inputs, params=params))["update"]
+    for name, value in new.items():
         np.testing.assert_array_equal(final[name], value)
 
 

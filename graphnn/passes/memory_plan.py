@@ -268,10 +268,9 @@ def _assign(live: Liveness, update_root: dict, donated) -> tuple:
 def plan_memory(graph: Graph, inplace_updates: dict | None = None, *, donate=(),
                 views: bool = True, schedule: Schedule | None = None) -> MemoryPlan:
     """Plan the buffers of ``graph`` over ``schedule`` (see the module docstring for the
-    rules); without one, the schedule for a backend supporting every kernel kind, its
-    multi-tensor update made of ``inplace_updates``'s outputs."""
+    rules); without one, the schedule for a backend supporting every kernel kind."""
     if schedule is None:
-        schedule = build_schedule(graph, updates=tuple(inplace_updates or ()))
+        schedule = build_schedule(graph)
     live = analyze(graph, views, schedule)
     owners = {v.name for v in graph.inputs + graph.params}
     unknown = [name for name in donate if name not in owners]

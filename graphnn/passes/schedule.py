@@ -1,19 +1,20 @@
 """The scheduling pass: a graph's kernels as data (``graphnn.ir.schedule``).
 
-``build_schedule(graph, kinds=ALL_KINDS, updates=()) -> Schedule`` assumes a verified graph
+``build_schedule(graph, kinds=ALL_KINDS) -> Schedule`` assumes a verified graph
 whose fusion groups (``fuse=gN``, made by ``fuse_elementwise``) are runs of consecutive nodes,
 and does not modify it. It is the one place that reads those annotations:
 
 - each run of one fusion group is a kernel (``reduction`` when it holds a reduction or
   normalization, else ``pointwise``); every other node is a kernel of its own, its kind given by
-  its op: ``gemm``, ``convolution``, ``pooling``, ``scatter_gather``, ``attention``, ``view``
+  its op: ``gemm``, ``convolution``, ``pooling``, ``scatter_gather`` (indexing, scatter-adds and
+  the max-pool gradient), ``attention``, ``view``
   (``OpDef.view``), ``pointwise`` (elementwise ops, data movement, creation) or ``extern``
   (random ops, which only the reference implementation reproduces);
 - ``kinds`` is what the backend supports: a fused kernel of an unsupported kind falls apart into
   one kernel per node, and a single node of an unsupported kind becomes ``extern``;
-- ``updates`` names the graph outputs that are state updates (a training step's new parameters
-  and optimizer state): with ``multi_update`` supported, the pointwise and view kernels that
-  only feed those updates become one ``multi_update`` kernel, placed where its last member was.
+- the graph's ``update`` outputs are its state updates (a training step's new parameters and
+  optimizer state): with ``multi_update`` supported, the pointwise and view kernels that only
+  feed them become one ``multi_update`` kernel, placed where its last member was.
 
 Guarantees: every node is in exactly one kernel; the kernels' node order is a valid execution
 order; reads and writes are exactly the values crossing each kernel's boundary.
@@ -31,8 +32,10 @@ _BY_GROUP = {OpGroup.ELEMENTWISE: KernelKind.POINTWISE, OpGroup.REDUCTION: Kerne
              OpGroup.CREATION: KernelKind.POINTWISE, OpGroup.INDEXING: KernelKind.SCATTER_GATHER,
              OpGroup.CONTRACTION: KernelKind.GEMM, OpGroup.CONVOLUTION: KernelKind.CONVOLUTION,
              OpGroup.POOLING: KernelKind.POOLING, OpGroup.RANDOM: KernelKind.EXTERN}
-_FUSED = {"matmul_epilogue": KernelKind.GEMM, "conv2d_epilogue": KernelKind.CONVOLUTION,
-          "scaled_dot_product_attention": KernelKind.ATTENTION}
+# ops whose group does not say their kernel kind (the registry has no such fact yet)
+_BY_OP = {"matmul_epilogue": KernelKind.GEMM, "conv2d_epilogue": KernelKind.CONVOLUTION,
+          "scaled_dot_product_attention": KernelKind.ATTENTION,
+          "max_pool2d_backward": KernelKind.SCATTER_GATHER}
 _UPDATE_MEMBERS = (KernelKind.POINTWISE, KernelKind.VIEW)
 
 
@@ -40,10 +43,9 @@ def node_kind(node) -> KernelKind:
     """The kind of a kernel holding only ``node``."""
     if is_view(node.op):
         return KernelKind.VIEW
-    group = get_op(node.op).group
-    if group is OpGroup.FUSED:
-        return _FUSED.get(node.op, KernelKind.EXTERN)
-    return _BY_GROUP.get(group, KernelKind.EXTERN)
+    if node.op in _BY_OP:
+        return _BY_OP[node.op]
+    return _BY_GROUP.get(get_op(node.op).group, KernelKind.EXTERN)
 
 
 def _group_kind(nodes) -> KernelKind:
@@ -79,10 +81,10 @@ def _supported(runs: list, kinds) -> list:
     return units
 
 
-def _merge_updates(graph: Graph, units: list, updates) -> list:
-    """Gather the pointwise/view units that only feed the state updates ``updates`` (output
-    names) into one multi-update unit at the position of its last member."""
-    update_names = set(updates)
+def _merge_updates(graph: Graph, units: list) -> list:
+    """Gather the pointwise/view units that only feed the graph's state updates (its
+    ``update`` outputs) into one multi-update unit at the position of its last member."""
+    update_names = {v.name for v in graph.output("update").values()}
     if not update_names:
         return units
     returned = {v.name for v in graph.output_values()}
@@ -98,7 +100,7 @@ def _merge_updates(graph: Graph, units: list, updates) -> list:
             continue
         outs = [v for n in nodes for v in n.outputs]
         if all((v.name in update_names or v.name not in returned)
-               and readers.get(v.name, set()) <= members
+               and readers.get(v.name, set()) - {i} <= members
                and (v.name in update_names or readers.get(v.name)) for v in outs):
             members.add(i)
     if not any(v.name in update_names for i in members for n in units[i][1] for v in n.outputs):
@@ -148,9 +150,11 @@ def iteration_space(kind: KernelKind, nodes: list, writes: list) -> tuple:
     return _largest([v for n in nodes for v in n.outputs])
 
 
-def build_schedule(graph: Graph, kinds=ALL_KINDS, updates=()) -> Schedule:
+def build_schedule(graph: Graph, kinds=ALL_KINDS) -> Schedule:
     """The schedule of ``graph`` for a backend supporting ``kinds`` (see the module docstring)."""
-    units = _merge_updates(graph, _supported(_runs(graph), kinds), updates)
+    units = _supported(_runs(graph), kinds)
+    if KernelKind.MULTI_UPDATE in kinds:
+        units = _merge_updates(graph, units)
     kernel_of = {id(n): i for i, (_, nodes) in enumerate(units) for n in nodes}
     leaving = {v.name: {-1} for v in graph.output_values()}  # -1: returned
     for node in graph.nodes:
