@@ -16,12 +16,16 @@ from compile_helpers import isolated_cache  # noqa: F401  (autouse: a kernel cac
 import graphnn
 from graphnn import nn, optim
 from graphnn.codegen.backend import HOST, Device, numpy_owner
+from graphnn.compiler import PROBE_SIZES
 from graphnn.compiler import step as compiled_step
 from graphnn.compiler.step_state import StepState
 from graphnn.frontend.tensor import Tensor
+from graphnn.ir import Graph, TensorType
+from graphnn.ir import dtypes as D
 from graphnn.runtime import debug
 from graphnn.runtime.artifact import CompiledArtifact
 from graphnn.runtime.backends import get_backend
+from graphnn.runtime.dynamic_artifact import fit_dynamic_artifact
 from graphnn.runtime.launcher import Launcher, StaleWriteError
 
 
@@ -239,3 +243,26 @@ def test_shape_and_dtype_of_a_stale_tensor_download_nothing():
     assert p.shape == (2, 3) and p.dtype == graphnn.float32 and device.downloads == 0
     assert "Parameter containing" in repr(p) and type(p) is nn.Parameter
     assert device.downloads == 1
+
+
+def test_a_dynamic_kernel_runs_through_the_launcher_with_its_state_resident():
+    """(In debug mode: each output is brought to the host to be checked.)"""
+    device = CopyingDevice()
+    graphs = []
+    for size in PROBE_SIZES:
+        g = Graph("scale")
+        x = g.add_input("x", TensorType((size, 3), D.float32))
+        w = g.add_param("w", TensorType((3,), D.float32))
+        g.outputs = g.call("mul", x, w)
+        graphs.append(g)
+    artifact = fit_dynamic_artifact(graphs, [None] * 3, PROBE_SIZES, get_backend("numpy"),
+                                    [""] * 3)
+    launcher = Launcher(device, Tensor._wrap)
+    w = Tensor._wrap(np.array([1, -2, 0.5], np.float32))
+    rng = np.random.default_rng(3)
+    for size in (4, 9, 4):
+        x = rng.standard_normal((size, 3)).astype(np.float32)
+        out = launcher.to_host(launcher.run(artifact, [x], {"w": w}))
+        np.testing.assert_array_equal(out, (torch.from_numpy(x) * torch.tensor(
+            [1, -2, 0.5])).numpy())
+    assert device.uploads[id(w._host_array())] == 1
