@@ -26,7 +26,7 @@ from graphnn.runtime import debug
 from graphnn.runtime.artifact import CompiledArtifact
 from graphnn.runtime.backends import get_backend
 from graphnn.runtime.dynamic_artifact import fit_dynamic_artifact
-from graphnn.runtime.launcher import Launcher, StaleWriteError
+from graphnn.runtime.launcher import Launcher, StaleWriteError, launcher_for
 
 
 class CopyingDevice(Device):
@@ -213,7 +213,8 @@ def test_a_write_through_an_old_view_while_the_device_is_ahead_is_refused():
 
 
 def test_host_devices_never_copy_and_state_stays_a_plain_tensor():
-    launcher = Launcher(get_backend("numpy").device, Tensor._wrap)
+    launcher = launcher_for(get_backend("numpy"), Tensor._wrap)
+    assert launcher_for(get_backend("reference"), Tensor._wrap) is launcher  # one host device
     w = Tensor._wrap(np.ones(3, np.float32))
     state = {"w": w}
     assert launcher.device_array(w) is w._data

@@ -141,8 +141,7 @@ class Launcher:
         """{name: new tensor} for the values (name -> device array) a kernel stored in Python
         slots; none shares memory with a state tensor or another of them."""
         device = self.device
-        owners = {device.owner(self.device_array(t)) for t in state.values()
-                  if device.shares_host or id(t) in self._copies}
+        owners = {device.owner(array) for array in self._state_on_device(state)}
         tensors = {}
         for name, array in values.items():
             if device.owner(array) in owners:
@@ -152,6 +151,14 @@ class Launcher:
             owners.add(device.owner(array))
             tensors[name] = self._adopt(array)
         return tensors
+
+    def _state_on_device(self, state: dict) -> list:
+        """The device arrays of ``state``'s tensors as they are now (nothing is uploaded: a
+        tensor with no device copy shares no memory with a kernel's values)."""
+        if self.device.shares_host:
+            return [t._data for t in state.values()]
+        copies = (self._copies.get(id(t)) for t in state.values())
+        return [copy.array for copy in copies if copy is not None]
 
     def _adopt(self, array):
         """A new tensor whose device copy is ``array`` (its host copy made on first read)."""
