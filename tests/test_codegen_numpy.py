@@ -137,13 +137,19 @@ def test_training_forward_and_backward_equal_interpreter(name, make, inputs):
     arrays = [t.numpy() for t in inputs]
     train = stages.training(graphnn.trace(model, *inputs))
     fwd, bwd = verify(train.forward), verify(train.backward)
-    out, saved = run_both(fwd, arrays, _params(model, fwd))
-    first = out[0] if isinstance(out, tuple) else out
-    upstream = np.random.default_rng(1).standard_normal(first.shape).astype(first.dtype)
-    feeds = {v.name: a for v, a in zip(fwd.outputs[1], saved)}
+    parts = fwd.unpack(run_both(fwd, arrays, _params(model, fwd)))
+    rng = np.random.default_rng(1)
+    run_both(bwd, _backward_inputs(fwd, bwd, arrays, parts, lambda a: rng.standard_normal(
+        a.shape).astype(a.dtype)), _params(model, bwd))
+
+
+def _backward_inputs(fwd, bwd, arrays, parts, upstream):
+    """The backward graph's inputs: the forward's inputs and saved values by name, and
+    ``upstream(result)`` for each incoming gradient (inputs of role ``grad``, in order)."""
+    feeds = {v.name: a for v, a in zip(fwd.output("saved"), parts["saved"])}
     feeds.update({v.name: a for v, a in zip(fwd.inputs, arrays)})
-    feeds["grad_output"] = upstream
-    run_both(bwd, [feeds[v.name] for v in bwd.inputs], _params(model, bwd))
+    results = iter(flatten_structure(parts["result"]))
+    return [upstream(next(results)) if v.kind == "grad" else feeds[v.name] for v in bwd.inputs]
 
 
 def test_source_is_readable():
@@ -226,11 +232,8 @@ def test_kernels_sharing_one_buffers_dict():
     fwd, bwd = train.forward, train.backward
     fwd_k, bwd_k, shared = load(generate(fwd)), load(generate(bwd)), {}
     for _ in range(2):
-        out, saved = fwd_k(arrays, _params(model, fwd), shared)
-        feeds = {v.name: a for v, a in zip(fwd.outputs[1], saved)}
-        feeds.update({v.name: a for v, a in zip(fwd.inputs, arrays)})
-        feeds["grad_output"] = np.ones_like(out)
-        bwd_in = [feeds[v.name] for v in bwd.inputs]
+        parts = fwd.unpack(fwd_k(arrays, _params(model, fwd), shared))
+        bwd_in = _backward_inputs(fwd, bwd, arrays, parts, np.ones_like)
         grads = bwd_k(bwd_in, _params(model, bwd), shared)
         assert_same(grads, interpret(bwd, *bwd_in, params=_params(model, bwd)), "bwd", 1e-5)
 
@@ -435,12 +438,11 @@ def test_weight_gradients_are_returned_contiguous_without_copies():
     train_fwd = load(generate(train.forward))
     params = _params(model, train.forward)
     x = np.random.default_rng(10).standard_normal((4, 6)).astype(np.float32)
-    out, saved = train_fwd([x], params, {})
-    feeds = {v.name: a for v, a in zip(train.forward.outputs[1], saved)}
-    feeds.update({train.forward.inputs[0].name: x, "grad_output": np.ones_like(out)})
-    grads = kernel([feeds[v.name] for v in train.backward.inputs],
+    parts = train.forward.unpack(train_fwd([x], params, {}))
+    grads = kernel(_backward_inputs(train.forward, train.backward, [x], parts, np.ones_like),
                    _params(model, train.backward), {})
-    assert all(g.flags.c_contiguous for g in grads.values())
+    grads = train.backward.unpack(grads)["grad"]
+    assert grads and all(g.flags.c_contiguous for g in grads.values())
 
 
 @pytest.mark.usefixtures("parts")
