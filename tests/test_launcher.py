@@ -83,13 +83,13 @@ def _compiled_step(fn, example, backend):
 
     def call(x):
         state = {name: t for name, t, _ in step_state.read().bindings}
-        result, updates, rebound = launcher.run(artifact, [x._data], state)
-        launcher.write_updates(updates, state)
+        returned = artifact.graph.unpack(launcher.run(artifact, [x._data], state))
+        launcher.write_updates(returned["update"], state)
         for slot in changes.cleared:
             slot.set(None)
-        for name, tensor in launcher.rebind(rebound, state).items():
+        for name, tensor in launcher.rebind(returned["rebound"], state).items():
             changes.rebound[name].set(tensor)
-        return Tensor._wrap(launcher.to_host(result))
+        return Tensor._wrap(launcher.to_host(returned["result"]))
     return call
 
 
