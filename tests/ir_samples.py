@@ -43,5 +43,28 @@ def attention_with_consts() -> Graph:
     return g
 
 
+def step_with_every_role() -> Graph:
+    """A small training step using every input role (an incoming gradient, a random mask and a
+    hyper-parameter beside the plain input) and returning every output role: the loss, state
+    updates, a rebound slot, a saved value and an input's gradient."""
+    g = Graph("Step")
+    x = g.add_input("x", f32(4, 3))
+    grad = g.add_input("grad:w", f32(2, 3), "grad")
+    keep = g.add_input("random_0", f32(4, 3), "random")
+    lr = g.add_input("lr", f32(), "hyper")
+    w = g.add_param("w", f32(2, 3))
+    steps = g.add_param("opt.steps", f32(), "buffer")
+    one = g.add_const(np.array(1.0, dtype=np.float32))
+    h = g.call("matmul", g.call("mul", x, keep), g.call("permute", w, dims=(1, 0)), scope="fc")
+    loss = g.call("sum", g.call("tanh", h), dims=None)
+    step = g.call("mul", grad, lr)
+    g.set_outputs({"result": loss,
+                   "update": {"w": g.call("sub", w, step), "opt.steps": g.call("add", steps, one)},
+                   "rebound": {"opt.state.w.momentum": step},
+                   "saved": (h,),
+                   "grad": {"x": g.call("mul", x, lr)}})
+    return g
+
+
 def all_samples():
-    return [conv_relu_pool(), attention_with_consts()]
+    return [conv_relu_pool(), attention_with_consts(), step_with_every_role()]

@@ -583,7 +583,7 @@ def test_dynamic_artifact_guards_name_the_input_and_the_size():
     artifact = _entry(compiled).artifact
     assert isinstance(artifact, DynamicArtifact)
     x = np.ones((5, 3), np.float32)
-    (out, _), = [artifact.run([x, x], {})]
+    out = artifact.graph.unpack(artifact.run([x, x], {}))["result"]
     np.testing.assert_array_equal(out, np.full((5, 3), 3.0, np.float32))
     with pytest.raises(GuardError, match=r"input 1 expected shape \[5,3\], got \[6,3\] "
                                          r"\(B=5, read off input 0; expected shapes "

@@ -66,9 +66,13 @@ def _traced_seeds() -> list:
 
 def _feature_graph() -> Graph:
     """Every feature of the text form: constants of every dtype, quoted graph and value names,
-    scopes and sources with escapes, a multi-output node, fusion labels, nested tuple and dict outputs."""
+    scopes and sources with escapes, a multi-output node, fusion labels, nested tuple and dict
+    outputs, every input role and every output role (keys quoted too)."""
     g = Graph("<features> 1")
     x = g.add_input('in "x"\n', ir_samples.f32(2, 3))
+    drawn = g.add_input("r\t", ir_samples.f32(2, 3), "random")
+    g.add_input('lr "a"', TensorType((), D.float64), "hyper")
+    incoming = g.add_input('grad:"w"', TensorType((3,), D.float16), "grad")
     for dtype in ALL_DTYPES:
         g.add_const(np.array([[0, -1, 2], [3, 300, 7]]).astype(dtype.np))
     g.add_const(np.array([0.1, -np.inf, np.nan, 3e38], np.float32), "floats")
@@ -77,7 +81,9 @@ def _feature_graph() -> Graph:
     as_float = g.call("cast", where, dtype=D.float64, scope="")
     clamped = g.call("clamp", x, min=-1, max=2.5)
     clamped.producer.fusion = "g0"
-    g.outputs = (top, {"i\n": where, "nested": ((as_float,), None, {})}, clamped)
+    g.set_outputs({"result": (top, {"i\n": where, "nested": ((as_float,), None, {})}, clamped),
+                   "update": {"w": incoming}, "rebound": {'slot "a"\n': drawn},
+                   "saved": (as_float, where), "grad": {"w": incoming, "not read": clamped}})
     return g
 
 
