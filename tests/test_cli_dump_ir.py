@@ -220,10 +220,12 @@ def test_training_step_function_is_dumped_as_compile_traces_it(capsys, monkeypat
                                                "step_model.2.weight", "step_model.2.bias"]
     optimized = _graph(_in_process(STEP + ["--stage", "optimized"], capsys))
     assert [v.name for v in optimized.inputs] == ["x", "labels"]
-    _, updates, rebound = optimized.outputs
+    updates, rebound = optimized.output("update"), optimized.output("rebound")
     assert sorted(updates) == sorted(v.name for v in traced.params)
     assert "step_model.0.weight.grad" in rebound
     assert "step_optimizer.state.step_model.0.weight.momentum_buffer" in rebound
+    schedule = _in_process(STEP + ["--stage", "schedule"], capsys)
+    assert schedule.returncode == 0 and " multi_update [" in schedule.stdout, schedule.stdout
     kernels = _in_process(STEP + ["--stage", "kernels"], capsys)
     assert kernels.returncode == 0 and "def kernel(" in kernels.stdout
     assert "step_model.0.weight.grad" in kernels.stdout

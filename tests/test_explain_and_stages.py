@@ -60,14 +60,16 @@ def test_training_stage_splits_into_graphs_that_reproduce_eager_gradients():
     fwd, bwd = verify(train.forward), verify(train.backward)
     assert parse(str(bwd)) == bwd
     params = _params(model)
-    out, saved = interpret(fwd, x.numpy(), params={v.name: params[v.name] for v in fwd.params})
+    parts = fwd.unpack(interpret(fwd, x.numpy(),
+                                 params={v.name: params[v.name] for v in fwd.params}))
+    out = parts["result"]
     eager = model(x)
     np.testing.assert_allclose(out, eager.detach().numpy(), rtol=1e-5, atol=1e-6)
     upstream = np.ones(out.shape, np.float32)
-    feeds = {v.name: a for v, a in zip(fwd.outputs[1], saved)}
-    feeds.update(x=x.numpy(), grad_output=upstream)
-    grads = interpret(bwd, *[feeds[v.name] for v in bwd.inputs],
-                      params={v.name: params[v.name] for v in bwd.params})
+    feeds = {v.name: a for v, a in zip(fwd.output("saved"), parts["saved"])}
+    feeds.update({v.name: upstream for v in bwd.inputs if v.kind == "grad"}, x=x.numpy())
+    grads = bwd.unpack(interpret(bwd, *[feeds[v.name] for v in bwd.inputs],
+                                 params={v.name: params[v.name] for v in bwd.params}))["grad"]
     eager.backward(graphnn.tensor(upstream))
     for name, p in model.named_parameters():
         np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-4, atol=1e-5,

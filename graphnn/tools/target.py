@@ -291,8 +291,9 @@ def _traced_step(callee, inputs):
         traced, changes = trace_function(callee, tuple(inputs), {}, StepState(callee))
     except TraceError:  # not traceable as a step (e.g. it reads unreachable tensors)
         return None
-    _, updates, rebound = traced.graph.outputs
-    if traced.backward is None and not (updates or rebound or changes.cleared):
+    graph = traced.graph
+    if traced.backward is None and not (graph.output("update") or graph.output("rebound")
+                                        or changes.cleared):
         return None
     return traced.graph, StepRequest(traced.backward)
 
