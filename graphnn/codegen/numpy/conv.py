@@ -1,12 +1,24 @@
 """Convolution kernels of the NumPy backend: conv2d (with its epilogue) and its two gradients.
 
-Each is im2col (copies into a column buffer kept in the caller's ``buffers`` dict) plus GEMMs,
-float32/float64 only, equal to the reference implementations within GEMM rounding (another
-summation order). Stride-1 convolutions use "wide" columns: on rows of the padded width, each
-(channel, kernel offset) row of the columns is one contiguous run of the flattened padded input,
-and the batch is folded into the GEMM's N dimension (one large GEMM per group instead of one
-small GEMM per image); the result has ``Wp - Wo`` extra columns per output row, dropped when it
-is copied out.
+Each is im2col or col2im (copies through scratch arrays kept in the caller's ``buffers`` dict)
+around one GEMM per group, float32/float64 only. The columns hold exactly the reference's
+receptive fields (zero padding included), so every output sums the same products as the
+reference, in another order: equal within GEMM rounding, with NaN and inf where the reference
+has them (col2im discards what lands in the padding, as the reference does).
+
+Layouts. The columns of an input of N images come in one of two layouts, chosen per
+convolution (the ``layout`` argument; ``choose_layout`` when it is None):
+
+- ``"batched"``: (N, K, Ho*Wo), K = C*kh*kw. One GEMM per image (``np.matmul`` over the
+  batch) writes straight into the NCHW result: no copy out. An unpadded stride-1 1x1
+  convolution uses its input itself as the columns. Pays when each image's GEMM is large
+  (large images).
+- ``"folded"``: (K, N, Ho*Wo). The batch folded into one GEMM's N dimension, whose
+  (O, N, Ho*Wo) result is copied into NCHW (the ReLU applied on the way). Pays for small
+  images with many channels, where per-image GEMMs are too small for BLAS.
+
+A weight gradient reads the columns its forward convolution built earlier in the same kernel
+call (``columns=``), in whichever layout the forward chose.
 """
 from __future__ import annotations
 
@@ -15,74 +27,104 @@ import numpy as np
 from .common import epilogue_, scratch
 from .parallel import split
 
-
-def _all_finite(a) -> bool:
-    """True only if every element of ``a`` is finite: its sum is (no temporary array; a sum
-    that overflows only sends the caller down its slower exact path)."""
-    return bool(np.isfinite(np.sum(a)))
+LAYOUTS = ("batched", "folded")
+BATCHED_MIN_PIXELS = 512  # output pixels per image from which per-image GEMMs pay
 
 
 def _output_size(size, k, s, p, d):
     return (size + 2 * p - d * (k - 1) - 1) // s + 1
 
 
+def choose_layout(x_shape, w_shape, stride, padding, dilation) -> str:
+    """The columns' layout for a convolution of an ``x_shape`` input with a ``w_shape``
+    weight: ``"batched"`` for images of at least ``BATCHED_MIN_PIXELS`` output pixels and for
+    unpadded stride-1 1x1 convolutions (whose columns are the input), else ``"folded"``."""
+    _, _, h, wd = x_shape
+    kh, kw = w_shape[2:]
+    if (kh, kw, *stride) == (1, 1, 1, 1) and not any(padding):
+        return "batched"
+    pixels = _output_size(h, kh, stride[0], padding[0], dilation[0]) * \
+        _output_size(wd, kw, stride[1], padding[1], dilation[1])
+    return "batched" if pixels >= BATCHED_MIN_PIXELS else "folded"
+
+
+def _check_layout(layout):
+    if layout not in LAYOUTS:
+        raise ValueError(f"numpy backend: convolution layout {layout!r} is not one of {LAYOUTS}")
+    return layout
+
+
+def _is_direct(kh, kw, stride, padding, layout) -> bool:
+    """The input is its own (batched) columns: an unpadded stride-1 1x1 convolution."""
+    return layout == "batched" and (kh, kw, *stride) == (1, 1, 1, 1) and not any(padding)
+
+
 # ---- columns -------------------------------------------------------------------------------------
 
-def _wide_columns(x, kh, kw, padding, dilation, ones_row, buffers, key):
-    """Stride-1 im2col on rows of the padded width ``wp``: a (C*kh*kw [+1], N, Ho*wp) array
-    whose row (c, i, j), image n, is the flattened padded plane of channel c from offset
-    ``i*dh*wp + j*dw`` on. Column ``r*wp + s`` is output position (r, s) for s < Wo; the rest
-    are spare. ``ones_row`` adds a last row of ones (a bias folded into the GEMM)."""
+def _padded(x, padding, buffers, key):
+    """``x`` inside a zero border of ``padding`` (a scratch array whose border stays zero:
+    only its interior is ever written), or ``x`` itself without padding."""
+    ph, pw = padding
+    if not (ph or pw):
+        return x
     n, c, h, wd = x.shape
-    (ph, pw), (dh, dw) = padding, dilation
-    hp, wp = h + 2 * ph, wd + 2 * pw
-    ho = hp - dh * (kh - 1)
-    span = ho * wp
-    # one spare row: the last runs pass the plane's end by up to dw*(kw-1) (spare) columns
-    xp = scratch(buffers, key + ".wpad", (n, c, hp + 1, wp), x.dtype, fill=0)
-    flat = xp.reshape(n, c, (hp + 1) * wp).transpose(1, 0, 2)
-    rows = c * kh * kw + ones_row
-    cols = buffers.get(key + ".wcols")
-    if cols is None or cols.shape != (rows, n, span) or cols.dtype != x.dtype:
-        cols = buffers[key + ".wcols"] = np.empty((rows, n, span), x.dtype)
-        if ones_row:
-            cols[-1] = 1
-    blocks = cols[:c * kh * kw].reshape(c, kh, kw, n, span)
+    xp = scratch(buffers, key + ".pad", (n, c, h + 2 * ph, wd + 2 * pw), x.dtype, fill=0)
+    xp[:, :, ph:ph + h, pw:pw + wd] = x
+    return xp
 
-    def fill(lo, hi):  # images lo..hi
-        xp[lo:hi, :, ph:ph + h, pw:pw + wd] = x[lo:hi]
+
+def _columns_key(key, layout):
+    return f"{key}.cols.{layout}"
+
+
+def _im2col(x, kh, kw, stride, padding, dilation, layout, ones_row, buffers, key):
+    """im2col into a scratch array: ``(N, K [+1], Ho*Wo)`` (batched) or ``(K [+1], N, Ho*Wo)``
+    (folded), row ``(c, i, j)`` holding input channel c at kernel offset (i, j) of every
+    output position; ``ones_row`` adds a last row of ones (a bias folded into the GEMM)."""
+    n, c, h, wd = x.shape
+    (sh, sw), (dh, dw) = stride, dilation
+    ho = _output_size(h, kh, sh, padding[0], dh)
+    wo = _output_size(wd, kw, sw, padding[1], dw)
+    k = c * kh * kw
+    shape = (n, k + ones_row, ho * wo) if layout == "batched" else (k + ones_row, n, ho * wo)
+    name = _columns_key(key, layout)
+    cols = buffers.get(name)
+    if cols is None or cols.shape != shape or cols.dtype != x.dtype:
+        cols = buffers[name] = np.empty(shape, x.dtype)
+        if ones_row:
+            (cols[:, -1] if layout == "batched" else cols[-1]).fill(1)
+    xp = _padded(x, padding, buffers, key)
+    if layout == "batched":  # blocks[n, c, i, j] <- window (i, j) of image n, channel c
+        blocks, source = cols[:, :k].reshape(n, c, kh, kw, ho, wo), xp
+    else:  # the same with channels first: blocks[c, n, i, j] (rows (c, i, j) of the columns)
+        blocks = cols[:k].reshape(c, kh, kw, n, ho, wo).transpose(0, 3, 1, 2, 4, 5)
+        source = xp.transpose(1, 0, 2, 3)
+
+    def fill(lo, hi):  # leading index (image or channel) lo..hi
         for i in range(kh):
+            r = i * dh
             for j in range(kw):
-                start = i * dh * wp + j * dw
-                blocks[:, i, j, lo:hi] = flat[:, lo:hi, start:start + span]
-    split(fill, n, blocks.size)
-    return cols, wp
-
-
-def _columns(x, kh, kw, stride, padding, dilation, ones_row, buffers, key):
-    """im2col: the (N, C*kh*kw [+1], Ho*Wo) receptive fields of ``x`` in a reused scratch
-    array; ``ones_row`` adds a last row of ones (a bias folded into the GEMM)."""
-    n, c, h, wd = x.shape
-    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    ho, wo = _output_size(h, kh, sh, ph, dh), _output_size(wd, kw, sw, pw, dw)
-    if ph or pw:
-        xp = scratch(buffers, key + ".pad", (n, c, h + 2 * ph, wd + 2 * pw), x.dtype, fill=0)
-        xp[:, :, ph:ph + h, pw:pw + wd] = x
-    else:
-        xp = x
-    rows = c * kh * kw + ones_row
-    cols = buffers.get(key + ".cols")
-    if cols is None or cols.shape != (n, rows, ho * wo) or cols.dtype != x.dtype:
-        cols = buffers[key + ".cols"] = np.empty((n, rows, ho * wo), x.dtype)
-        if ones_row:
-            cols[:, -1] = 1
-    patches = cols[:, :c * kh * kw].reshape(n, c, kh, kw, ho, wo)
-    for i in range(kh):
-        r = i * dh
-        for j in range(kw):
-            s = j * dw
-            patches[:, :, i, j] = xp[:, :, r:r + sh * (ho - 1) + 1:sh, s:s + sw * (wo - 1) + 1:sw]
+                s = j * dw
+                blocks[lo:hi, :, i, j] = \
+                    source[lo:hi, :, r:r + sh * (ho - 1) + 1:sh, s:s + sw * (wo - 1) + 1:sw]
+    split(fill, len(blocks), blocks.size)
     return cols
+
+
+def _shared_columns(x, k, pixels, buffers, columns_key):
+    """(layout, columns without the ones row) that the forward convolution keyed
+    ``columns_key`` built from this ``x`` (``k`` rows, ``pixels`` output positions) earlier
+    in this kernel call, or None when there are none of the right shape."""
+    if columns_key is None:
+        return None
+    for layout in LAYOUTS:
+        cols = buffers.get(_columns_key(columns_key, layout))
+        if cols is None or cols.dtype != x.dtype or cols.shape[2] != pixels:
+            continue
+        rows, images = (cols.shape[1], cols.shape[0]) if layout == "batched" else cols.shape[:2]
+        if images == x.shape[0] and rows in (k, k + 1):
+            return layout, cols[:, :k] if layout == "batched" else cols[:k]
+    return None
 
 
 def _gemm_weight(w, bias, groups, fold_bias, buffers, key):
@@ -99,55 +141,58 @@ def _gemm_weight(w, bias, groups, fold_bias, buffers, key):
     return wg, None
 
 
+def _channels_first(g, buffers, key):
+    """``g`` (N, O, H, W) copied into a scratch (O, N, H*W) array: the folded layout of a
+    gradient that enters a GEMM."""
+    n, o = g.shape[:2]
+    pixels = g.shape[2] * g.shape[3]
+    gt = scratch(buffers, key + ".gt", (o, n, pixels), g.dtype)
+    rows = g.reshape(n, o, pixels)
+
+    def copy(lo, hi):  # channels lo..hi
+        np.copyto(gt[lo:hi], rows[:, lo:hi].transpose(1, 0, 2))
+    split(copy, o, g.size)
+    return gt
+
+
 # ---- forward -------------------------------------------------------------------------------------
 
 def conv2d(x, w, bias=None, residual=None, *, stride, padding, dilation, groups,
-           activation="none", out=None, buffers=None, key="conv"):
-    """2-D convolution plus the fused epilogue ``act(conv + bias + residual)``, into ``out``.
-    Stride 1 (kernel larger than 1x1): wide columns, one GEMM per group over the whole batch.
-    Otherwise: im2col (skipped for an unpadded 1x1) and one batched GEMM per image."""
+           activation="none", out=None, buffers=None, key="conv", layout=None):
+    """2-D convolution plus the fused epilogue ``act(conv + bias + residual)``, into ``out``,
+    through columns in ``layout`` (see the module docstring; None: ``choose_layout``). The
+    bias is folded into the GEMM (a row of ones in the columns) when ``groups`` is 1."""
     buffers = {} if buffers is None else buffers
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
+    layout = _check_layout(layout or choose_layout(x.shape, w.shape, stride, padding, dilation))
+    ho = _output_size(h, kh, stride[0], padding[0], dilation[0])
+    wo = _output_size(wd, kw, stride[1], padding[1], dilation[1])
     if out is None:
-        ho = _output_size(h, kh, stride[0], padding[0], dilation[0])
-        out = np.empty((n, o, ho, _output_size(wd, kw, stride[1], padding[1], dilation[1])),
-                       x.dtype)
-    if tuple(stride) == (1, 1) and (kh, kw) != (1, 1):
-        return _conv2d_wide(x, w, bias, residual, padding, dilation, groups, activation, out,
-                            buffers, key)
-    direct = (kh, kw, *stride) == (1, 1, 1, 1) and not any(padding)  # x is the columns
+        out = np.empty((n, o, ho, wo), x.dtype)
+    direct = _is_direct(kh, kw, stride, padding, layout)
     fold_bias = bias is not None and groups == 1 and not direct
+    wg, bias = _gemm_weight(w, bias, groups, fold_bias, buffers, key)
+    og, pixels = o // groups, ho * wo
     if direct:
-        cols = x.reshape(n, groups, cg, h * wd)
+        cols = x.reshape(n, c, pixels)
     else:
-        cols = _columns(x, kh, kw, stride, padding, dilation, fold_bias, buffers, key)
-        cols = cols.reshape(n, groups, cols.shape[1] // groups, cols.shape[2])
-    wg, bias = _gemm_weight(w, bias, groups, fold_bias, buffers, key)
-    np.matmul(wg, cols, out=out.reshape(n, groups, o // groups, cols.shape[-1]))
-    return epilogue_(out, bias, (1, o, 1, 1), residual, activation)
-
-
-def _conv2d_wide(x, w, bias, residual, padding, dilation, groups, activation, out, buffers,
-                 key):
-    """Stride-1 convolution: wide columns, one GEMM per group (bias folded in when groups is
-    1), then one pass copies the valid columns into ``out`` (applying ReLU on the way)."""
-    n = x.shape[0]
-    o, cg, kh, kw = w.shape
-    _, _, ho, wo = out.shape
-    fold_bias = bias is not None and groups == 1
-    cols, wp = _wide_columns(x, kh, kw, padding, dilation, fold_bias, buffers, key)
-    rows, span = cols.shape[0], cols.shape[2]
-    wg, bias = _gemm_weight(w, bias, groups, fold_bias, buffers, key)
-    wide = scratch(buffers, key + ".wide", (groups, o // groups, n * span), x.dtype)
-    np.matmul(wg, cols.reshape(groups, rows // groups, n * span), out=wide)
-    valid = wide.reshape(o, n, ho, wp)[..., :wo].transpose(1, 0, 2, 3)
+        cols = _im2col(x, kh, kw, stride, padding, dilation, layout, fold_bias, buffers, key)
+    if layout == "batched":
+        rows = cols.shape[1] // groups
+        np.matmul(wg, cols.reshape(n, groups, rows, pixels),
+                  out=out.reshape(n, groups, og, pixels))
+        return epilogue_(out, bias, (1, o, 1, 1), residual, activation)
+    product = scratch(buffers, key + ".product", (groups, og, n * pixels), x.dtype)
+    np.matmul(wg, cols.reshape(groups, cols.shape[0] // groups, n * pixels), out=product)
+    rows = product.reshape(o, n, pixels).transpose(1, 0, 2)
+    flat = out.reshape(n, o, pixels)
 
     def finish(lo, hi):  # images lo..hi
         if activation == "relu" and bias is None and residual is None:
-            np.maximum(valid[lo:hi], np.zeros((), x.dtype), out=out[lo:hi])
+            np.maximum(rows[lo:hi], np.zeros((), x.dtype), out=flat[lo:hi])
             return
-        np.copyto(out[lo:hi], valid[lo:hi])
+        np.copyto(flat[lo:hi], rows[lo:hi])
         epilogue_(out[lo:hi], bias, (1, o, 1, 1), None if residual is None else residual[lo:hi],
                   activation)
     split(finish, n, out.size)
@@ -156,108 +201,130 @@ def _conv2d_wide(x, w, bias, residual, padding, dilation, groups, activation, ou
 
 # ---- gradients -----------------------------------------------------------------------------------
 
-def _shared_columns(x, kh, kw, padding, buffers, columns):
-    """The wide columns of ``x`` that the forward convolution keyed ``columns`` built earlier
-    in this kernel call (its first C*kh*kw rows; it may carry a row of ones after them), or
-    None when there are none of the right shape."""
-    if columns is None:
-        return None
-    cols = buffers.get(columns + ".wcols")
-    n, c, h, wd = x.shape
-    rows = c * kh * kw
-    span = (h + 2 * padding[0] - (kh - 1)) * (wd + 2 * padding[1])
-    if cols is None or cols.dtype != x.dtype or cols.shape[0] not in (rows, rows + 1) or \
-            cols.shape[1:] != (n, span):
-        return None
-    return cols[:rows]
-
-
 def conv2d_weight_grad(x, g, *, weight_shape, stride, padding, dilation, groups, out=None,
-                       buffers=None, key="convw", columns=None):
-    """dW = g @ im2col(x)^T summed over the batch. Stride 1, when ``g`` is smaller than the
-    columns (widening it is a copy of ``g``): one GEMM per group over wide columns, with the
-    gradient widened by zero columns (the spare columns add exact zeros; next to a
-    non-finite input they are zeroed first). Otherwise a batched GEMM and a sum.
+                       buffers=None, key="convw", columns=None, layout=None):
+    """dW = g @ im2col(x)^T summed over the batch: batched, one GEMM per image and a sum over
+    the images; folded, one GEMM with the batch in its contraction (``g`` copied channels
+    first).
 
-    ``columns``: the key of a forward convolution of this same ``x`` (same geometry, dilation
-    1) that ran earlier in this kernel call; its wide columns, still in ``buffers``, are used
-    instead of building them again. The caller guarantees that nothing else wrote them."""
+    ``columns``: the key of a forward convolution of this same ``x`` (same geometry and
+    kernel size) that ran earlier in this kernel call; its columns, still in ``buffers``, are
+    used in the layout it chose instead of building them again. The caller guarantees that
+    nothing else wrote them. Otherwise the columns are built in ``layout`` (None:
+    ``choose_layout``)."""
     buffers = {} if buffers is None else buffers
     n = x.shape[0]
     o, cg, kh, kw = weight_shape
-    _, _, ho, wo = g.shape
-    k = cg * kh * kw
+    pixels = g.shape[2] * g.shape[3]
+    k, og = cg * kh * kw, o // groups
     if out is None:
         out = np.empty(tuple(weight_shape), x.dtype)
-    dw = out.reshape(groups, o // groups, k)
-    if tuple(stride) == (1, 1) and o < x.shape[1] * kh * kw:
-        cols = _shared_columns(x, kh, kw, padding, buffers, columns) \
-            if tuple(dilation) == (1, 1) else None
-        if cols is None:
-            cols, wp = _wide_columns(x, kh, kw, padding, dilation, False, buffers, key)
+    dw = out.reshape(groups, og, k)
+    shared = _shared_columns(x, k, pixels, buffers, columns)
+    if shared is not None:
+        layout, cols = shared
+    else:
+        layout = _check_layout(layout or choose_layout(x.shape, weight_shape, stride, padding,
+                                                       dilation))
+        if _is_direct(kh, kw, stride, padding, layout):
+            cols = x.reshape(n, x.shape[1], pixels)
         else:
-            wp = x.shape[3] + 2 * padding[1]
-        if not _all_finite(x):  # 0 * inf is NaN: the spare columns must hold zeros
-            cols.reshape(len(cols), n, ho, wp)[..., wo:] = 0
-        gw = scratch(buffers, key + ".gwide", (o, n, ho, wp), x.dtype, fill=0)
-
-        def widen(lo, hi):  # output channels lo..hi
-            gw[lo:hi, ..., :wo] = g[:, lo:hi].transpose(1, 0, 2, 3)
-        split(widen, o, g.size)
-        span = n * ho * wp
-        np.matmul(gw.reshape(groups, o // groups, span),
-                  cols.reshape(groups, k, span).swapaxes(-1, -2), out=dw)
+            cols = _im2col(x, kh, kw, stride, padding, dilation, layout, False, buffers, key)
+    if layout == "batched":
+        partial = scratch(buffers, key + ".partial", (n, groups, og, k), x.dtype)
+        np.matmul(g.reshape(n, groups, og, pixels),
+                  cols.reshape(n, groups, k, pixels).swapaxes(-1, -2), out=partial)
+        np.sum(partial, axis=0, out=dw)
         return out
-    cols = _columns(x, kh, kw, stride, padding, dilation, False, buffers, key)
-    cols = cols.reshape(n, groups, k, cols.shape[-1])
-    gg = g.reshape(n, groups, o // groups, cols.shape[-1])
-    partial = scratch(buffers, key + ".partial", (n, groups, o // groups, k), x.dtype)
-    np.matmul(gg, cols.swapaxes(-1, -2), out=partial)
-    np.sum(partial, axis=0, out=dw)
+    gt = _channels_first(g, buffers, key)
+    np.matmul(gt.reshape(groups, og, n * pixels),
+              cols.reshape(groups, k, n * pixels).swapaxes(-1, -2), out=dw)
     return out
 
 
 def conv2d_input_grad(g, w, *, input_shape, stride, padding, dilation, groups, out=None,
-                      buffers=None, key="convx"):
-    """dX. Stride 1 with padding <= dilation*(k-1), a finite weight and at most twice as many
-    output as input channels: the convolution of ``g``, zero-padded by
-    ``dilation*(k-1) - padding``, with the flipped, transposed weight (the padding adds exact
-    zeros, as the reference's valid-only sums; its columns copy O*kh*kw rows). Otherwise
-    col2im: one batched GEMM writing C*kh*kw rows, then the kh*kw column blocks added into a
-    zero-padded plane (strided adds, about twice a copy's cost per row)."""
+                      buffers=None, key="convx", layout=None):
+    """dX by col2im: one GEMM per group ``W^T @ g`` gives each input position's products, in
+    ``layout`` (None: ``choose_layout``), and the kh*kw column blocks are added, in the
+    reference's order, into a zero-padded plane whose interior is the result (what lands in
+    the padding is dropped, as in the reference). Folded with stride 1: ``_wide_input_grad``."""
     buffers = {} if buffers is None else buffers
-    n, c, h, wd = input_shape
-    o, cg, kh, kw = w.shape
-    (ph, pw), (dh, dw) = padding, dilation
-    full = (dh * (kh - 1) - ph, dw * (kw - 1) - pw)
-    if out is None:
-        out = np.empty((n, c, h, wd), g.dtype)
-    if tuple(stride) == (1, 1) and min(full) >= 0 and o <= 2 * c and _all_finite(w):
-        og = o // groups
-        flipped = scratch(buffers, key + ".flipped", (c, og, kh, kw), w.dtype)
-        flipped.reshape(groups, cg, og, kh, kw)[...] = \
-            w.reshape(groups, og, cg, kh, kw)[..., ::-1, ::-1].swapaxes(1, 2)
-        return conv2d(g, flipped, stride=(1, 1), padding=full, dilation=dilation,
-                      groups=groups, out=out, buffers=buffers, key=key + ".t")
-    return _col2im_input_grad(g, w, input_shape, stride, padding, dilation, groups, out,
-                              buffers, key)
-
-
-def _col2im_input_grad(g, w, input_shape, stride, padding, dilation, groups, out, buffers, key):
     n, c, h, wd = input_shape
     o, cg, kh, kw = w.shape
     _, _, ho, wo = g.shape
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    wg = w.reshape(groups, o // groups, cg * kh * kw).swapaxes(-1, -2)
-    gg = g.reshape(n, groups, o // groups, ho * wo)
-    cols = scratch(buffers, key + ".cols", (n, groups, cg * kh * kw, ho * wo), g.dtype)
-    np.matmul(wg, gg, out=cols)
-    cols = cols.reshape(n, c, kh, kw, ho, wo)
-    padded = scratch(buffers, key + ".pad", (n, c, h + 2 * ph, wd + 2 * pw), g.dtype)
-    padded.fill(0)
-    for i in range(kh):
-        for j in range(kw):
-            r, s = i * dh, j * dw
-            padded[:, :, r:r + sh * (ho - 1) + 1:sh, s:s + sw * (wo - 1) + 1:sw] += cols[:, :, i, j]
-    np.copyto(out, padded[:, :, ph:ph + h, pw:pw + wd])
+    layout = _check_layout(layout or choose_layout(input_shape, w.shape, stride, padding,
+                                                   dilation))
+    if out is None:
+        out = np.empty((n, c, h, wd), g.dtype)
+    if layout == "folded" and tuple(stride) == (1, 1):
+        return _wide_input_grad(g, w, padding, dilation, groups, out, buffers, key)
+    og, k, pixels = o // groups, cg * kh * kw, ho * wo
+    wt = w.reshape(groups, og, k).swapaxes(-1, -2)
+    if layout == "batched":
+        cols = scratch(buffers, key + ".cols", (n, groups, k, pixels), g.dtype)
+        np.matmul(wt, g.reshape(n, groups, og, pixels), out=cols)
+        blocks = cols.reshape(n, c, kh, kw, ho, wo)
+        padded = scratch(buffers, key + ".pad", (n, c, h + 2 * ph, wd + 2 * pw), g.dtype)
+        interior = out
+    else:
+        cols = scratch(buffers, key + ".cols", (groups, k, n * pixels), g.dtype)
+        np.matmul(wt, _channels_first(g, buffers, key).reshape(groups, og, n * pixels),
+                  out=cols)
+        blocks = cols.reshape(c, kh, kw, n, ho, wo).transpose(0, 3, 1, 2, 4, 5)
+        padded = scratch(buffers, key + ".pad", (c, n, h + 2 * ph, wd + 2 * pw), g.dtype)
+        interior = out.transpose(1, 0, 2, 3)
+
+    def add(lo, hi):  # leading index (image or channel) lo..hi
+        plane = padded[lo:hi]
+        plane.fill(0)
+        for i in range(kh):
+            r = i * dh
+            for j in range(kw):
+                s = j * dw
+                plane[:, :, r:r + sh * (ho - 1) + 1:sh, s:s + sw * (wo - 1) + 1:sw] += \
+                    blocks[lo:hi, :, i, j]
+        np.copyto(interior[lo:hi], plane[:, :, ph:ph + h, pw:pw + wd])
+    split(add, len(padded), padded.size)
+    return out
+
+
+def _wide_input_grad(g, w, padding, dilation, groups, out, buffers, key):
+    """Folded stride-1 col2im on rows of the padded width ``wp``: ``g`` is copied channels
+    first into (O, N, Ho, wp) with zero spare columns, so that each column block (c, i, j) of
+    ``W^T @ g`` adds into the flattened padded plane of channel c as one contiguous run per
+    image, from offset ``i*dh*wp + j*dw`` on (long runs instead of one per output row). The
+    spare columns' products (exact zeros, or NaN where the weight is not finite: then they
+    are zeroed) add nothing."""
+    n, c, h, wd = out.shape
+    o, cg, kh, kw = w.shape
+    _, _, ho, wo = g.shape
+    (ph, pw), (dh, dw) = padding, dilation
+    hp, wp = h + 2 * ph, wd + 2 * pw
+    span, og, k = ho * wp, o // groups, cg * kh * kw
+    wide = scratch(buffers, key + ".gwide", (o, n, ho, wp), g.dtype, fill=0)  # spare stay 0
+
+    def widen(lo, hi):  # output channels lo..hi
+        np.copyto(wide[lo:hi, ..., :wo], g[:, lo:hi].transpose(1, 0, 2, 3))
+    split(widen, o, g.size)
+    cols = scratch(buffers, key + ".cols", (groups, k, n * span), g.dtype)
+    np.matmul(w.reshape(groups, og, k).swapaxes(-1, -2), wide.reshape(groups, og, n * span),
+              out=cols)
+    if not np.isfinite(np.sum(w)):  # 0 * inf is NaN: the spare products must be zeros
+        cols.reshape(groups * k, n, ho, wp)[..., wo:] = 0
+    blocks = cols.reshape(c, kh, kw, n, span)
+    # one spare row: the last runs pass the plane's end by up to dw*(kw-1) (spare) columns
+    padded = scratch(buffers, key + ".wpad", (c, n, (hp + 1) * wp), g.dtype)
+    interior = out.transpose(1, 0, 2, 3)
+
+    def add(lo, hi):  # input channels lo..hi
+        plane = padded[lo:hi]
+        plane.fill(0)
+        for i in range(kh):
+            for j in range(kw):
+                start = i * dh * wp + j * dw
+                plane[..., start:start + span] += blocks[lo:hi, i, j]
+        rows = plane[..., :hp * wp].reshape(hi - lo, n, hp, wp)
+        np.copyto(interior[lo:hi], rows[:, :, ph:ph + h, pw:pw + wd])
+    split(add, c, padded.size)
     return out
