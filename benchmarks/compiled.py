@@ -8,7 +8,10 @@ ratio to PyTorch eager (lower is better), the GEMM work done per second, and com
 (the first calls minus steady calls).
 
 Usage: python benchmarks/compiled.py [--repeat N] [--only mlp,cnn,transformer] [--no-torch-compile]
-                                     [--threads N] [--clock wall|cpu]
+                                     [--threads N] [--clock wall|cpu] [--variants LABEL,...]
+
+``--variants`` times only the graphnn variants named (e.g. ``compiled,whole step``: labels
+without the ``graphnn`` prefix); PyTorch eager, the baseline of the ratios, always runs.
 
 Threads: by default NumPy's BLAS and PyTorch use every core and graphnn's own kernel work
 (large copies and elementwise passes) one thread. ``--threads N`` sets all three to N (through
@@ -129,7 +132,7 @@ def forward_gflop(model, x) -> float:
 VARIANTS = ("graphnn eager", "graphnn compiled", "graphnn whole step", "graphnn dynamic")
 
 
-def run(name, repeat, try_torch_compile):
+def run(name, repeat, try_torch_compile, labels=VARIANTS):
     make, shape, kind = WORKLOADS[name]
     rng = np.random.default_rng(0)
     xa = rng.standard_normal(shape).astype(np.float32)
@@ -137,7 +140,7 @@ def run(name, repeat, try_torch_compile):
         rng.standard_normal(shape).astype(np.float32)
     tmodel = make(torch)
     variants = {}
-    for label in VARIANTS:
+    for label in ("graphnn eager",) + tuple(v for v in labels if v != "graphnn eager"):
         model = make(graphnn)
         _copy_weights(model, tmodel)
         if label != "graphnn eager":
@@ -145,6 +148,8 @@ def run(name, repeat, try_torch_compile):
         variants[label] = (graphnn, model, graphnn.tensor(xa), graphnn.tensor(ta))
     gflop = forward_gflop(variants["graphnn eager"][1].eval(), variants["graphnn eager"][2])
     variants["graphnn eager"][1].train()
+    if "graphnn eager" not in labels:  # built only to count the FLOPs
+        del variants["graphnn eager"]
     variants["torch eager"] = (torch, tmodel, torch.tensor(xa), torch.tensor(ta))
     if try_torch_compile:
         variants["torch.compile"] = (torch, torch.compile(make(torch)), torch.tensor(xa),
@@ -228,7 +233,15 @@ def main():
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="cpu: this process's CPU time, which time spent waiting for a core "
                         "does not inflate (a fair measure on a busy machine with --threads 1)")
+    p.add_argument("--variants", help="graphnn variants to time, comma-separated labels "
+                                      "without 'graphnn ' (default: all)")
     args = p.parse_args()
+    labels = VARIANTS
+    if args.variants:
+        labels = tuple(f"graphnn {v.strip()}" for v in args.variants.split(","))
+        unknown = [v for v in labels if v not in VARIANTS]
+        if unknown:
+            p.error(f"unknown variants {unknown}; known: {list(VARIANTS)}")
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.clock == "cpu":
@@ -240,7 +253,7 @@ def main():
           f"quiet runs); clock {args.clock}")
     print(f"NumPy float32 GEMM peak here: {gemm_peak_gflops():.1f} GFLOP/s")
     for name in args.only.split(","):
-        run(name, args.repeat, not args.no_torch_compile)
+        run(name, args.repeat, not args.no_torch_compile, labels)
     print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
 
 

@@ -1,8 +1,9 @@
 """Per-statement time inside the generated NumPy kernels of the ``compiled.py`` workloads.
 
-For each workload it traces the model, builds the inference graph and the training
-forward/backward graphs (``graphnn.compiler.stages``), generates their kernels, and times every
-statement of each kernel body (median over calls). Prints, per kernel, the total and the
+For each workload it traces the model, builds the inference graph, the training
+forward/backward graphs (``graphnn.compiler.stages``) and the whole training step's graph (as
+``graphnn.compile(train_step)`` builds it: forward, backward and SGD in one kernel), generates
+their kernels, and times every statement of each kernel body (median over calls). Prints, per kernel, the total and the
 statements that take the most time, with their op and Module path.
 
 Usage: python benchmarks/profile_kernels.py [--repeat N] [--only mlp,cnn,transformer] [--top K]
@@ -24,7 +25,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 from compiled import WORKLOADS  # noqa: E402
 
 import graphnn  # noqa: E402
+from graphnn import optim  # noqa: E402
 from graphnn.compiler import stages  # noqa: E402
+from graphnn.compiler.step import plan_with_updates, step_graph, trace_function  # noqa: E402
+from graphnn.compiler.step_state import StepState  # noqa: E402
 from graphnn.codegen.numpy.backend import generate, load  # noqa: E402
 
 _STATEMENT = re.compile(r"^ {8}(?!if |return |_scratch|with |#)\S")
@@ -55,9 +59,10 @@ def instrument(source: str):
 CLOCK = time.perf_counter  # --clock cpu: time.process_time
 
 
-def profile(graph, inputs, params, repeat):
-    """[(median seconds, statement)] for one kernel of ``graph`` and its outputs."""
-    source, statements = instrument(generate(graph))
+def profile(graph, inputs, params, repeat, plan=None):
+    """[(median seconds, statement)] for one kernel of ``graph`` (memory ``plan``) and its
+    outputs."""
+    source, statements = instrument(generate(graph, plan))
     kernel = load(source)
     stamps = []
     kernel.__globals__["_clock"] = CLOCK
@@ -89,15 +94,45 @@ def run(name, repeat, top):
     timed, _ = profile(stages.optimized(graph).graph, [x], params, repeat)
     report("inference", timed, top)
     train = stages.training(graph)
-    timed, (outputs, saved) = profile(train.forward, [x], params, repeat)
+    timed, returned = profile(train.forward, [x], params, repeat)
     report("training forward", timed, top)
-    feed = {v.name: a for v, a in zip(train.forward.outputs[1], saved)}
+    parts = train.forward.unpack(returned)
+    feed = {v.name: a for v, a in zip(train.forward.output("saved"), parts["saved"])}
     feed.update({v.name: a for v, a in zip(train.forward.inputs, [x])})
-    out = outputs[0] if isinstance(outputs, (tuple, list)) else outputs
-    feed["grad_output"] = np.ones_like(out)
-    inputs = [feed[v.name] for v in train.backward.inputs]
+    out = parts["result"]
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    inputs = [feed[v.name] if v.name in feed else np.ones_like(out)  # the incoming gradient
+              for v in train.backward.inputs]
     timed, _ = profile(train.backward, inputs, params, repeat)
     report("training backward", timed, top)
+    timed = profile_step(model, x, kind, repeat)
+    report("whole training step (SGD)", timed, top)
+
+
+def profile_step(model, x, kind, repeat):
+    """The statements of ``graphnn.compile(train_step)``'s kernel, with the gradients the
+    first eager step created bound as its state."""
+    rng = np.random.default_rng(1)
+    target = rng.integers(0, 10, x.shape[0]) if kind == "classes" else \
+        rng.standard_normal(x.shape).astype(np.float32)
+    crit = graphnn.nn.CrossEntropyLoss() if kind == "classes" else graphnn.nn.MSELoss()
+    opt = optim.SGD(model.parameters(), lr=1e-3)
+
+    def train_step(x, target):
+        opt.zero_grad()
+        loss = crit(model(x), target)
+        loss.backward()
+        opt.step()
+        return loss
+    args = (graphnn.tensor(x), graphnn.tensor(target))
+    train_step(*args)  # creates the gradients the compiled step binds
+    state = StepState(train_step)
+    traced, _ = trace_function(train_step, args, {}, state)
+    graph = step_graph(traced.graph, traced.backward)
+    params = {name: t._data for name, t, _ in state.bindings()}
+    timed, _ = profile(graph, [a._data for a in args], params, repeat,
+                       plan_with_updates(graph, "step"))
+    return timed
 
 
 def main():
