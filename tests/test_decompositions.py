@@ -64,6 +64,7 @@ def _empty_samples(name, dtype) -> list:
     unary = [Sample([z((0, 3), f)]), Sample([z((2, 0), f)])]
     by_op = {
         "sub": [Sample([z((0, 3), f), z((3,), f)])],
+        **{op: [Sample([z((0, 3), f), z((3,), f)])] for op in ("gt", "ge", "ne")},
         "relu": unary, "rsqrt": unary,
         "gelu": [Sample([z((0, 3), f)], {"approximate": a}) for a in ("none", "tanh")],
         "softmax": [Sample([z((0, 3), f)], {"dim": -1}), Sample([z((3, 0), f)], {"dim": 1})],
@@ -71,6 +72,11 @@ def _empty_samples(name, dtype) -> list:
         "mean": [Sample([z((0, 3), f)], {"dims": (0,)}), Sample([z((0, 3), f)], {})],
         "logsumexp": [Sample([z((0, 3), f)], {"dims": (0,)}),
                       Sample([z((3, 0), f)], {"dims": (0,), "keepdim": True})],
+        "tril": [Sample([z((0, 3), f)], {"diagonal": 1}), Sample([z((2, 3, 0), f)], {})],
+        "triu": [Sample([z((3, 0), f)], {}), Sample([z((0, 2, 3), f)], {"diagonal": -1})],
+        "max": [Sample([z((0, 3), f)], {"dim": 1}), Sample([z((0, 3), f)], {"dim": 1,
+                                                                          "keepdim": True})],
+        "min": [Sample([z((2, 0, 3), f)], {"dim": -1})],
         "matmul_epilogue": [
             Sample([z((0, 4), f), z((4, 3), f), z((3,), f)], {"bias": True, "activation": "relu"}),
             Sample([z((2, 0), f), z((0, 3), f), z((2, 3), f)],

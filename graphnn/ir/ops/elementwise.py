@@ -395,11 +395,21 @@ elementwise("gelu", _gelu, _grad_gelu, result="float_only", decompose=_decompose
 
 # ---- comparisons and logic --------------------------------------------------------------------
 
+def _swapped(op: str):
+    """x > y as y < x (x >= y as y <= x): the same promotion, NaN compares false either way."""
+    return lambda b, ctx: [getattr(b, op)(ctx.input(1), ctx.input(0))]
+
+
+def _decompose_ne(b, ctx):
+    return [b.logical_not(b.eq(ctx.input(0), ctx.input(1)))]  # NaN != NaN is true
+
+
 _COMPARISONS = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
                 "gt": np.greater, "ge": np.greater_equal}
+_COMPARISON_DECOMPOSITIONS = {"ne": _decompose_ne, "gt": _swapped("lt"), "ge": _swapped("le")}
 for _name, _fn in _COMPARISONS.items():
     elementwise(_name, _fn, NotDifferentiable("comparison results are boolean"), arity=2,
-                result="bool")
+                result="bool", decompose=_COMPARISON_DECOMPOSITIONS.get(_name))
 
 _LOGICAL = {"logical_and": np.logical_and, "logical_or": np.logical_or,
             "logical_xor": np.logical_xor}

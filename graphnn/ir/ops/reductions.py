@@ -245,11 +245,24 @@ def _grad_indexed(b, ctx, grads):
     return [b.scatter_add(b.zeros(t.shape, b.dtype(g)), idx, g, dim=d)]
 
 
+def _decompose_indexed(arg: str):
+    """(gather(x, index), index) with index = ``arg``(x) along dim: the first extreme (the
+    first NaN), whose value is the extreme, and whose gradient goes to that index alone."""
+    def rule(b, ctx):
+        x, dim = ctx.input(0), ctx.attrs["dim"]
+        index = getattr(b, arg)(x, dim=dim, keepdim=True)
+        outs = [b.gather(x, index, dim=dim), index]
+        return [v if b.shape(v) == t.shape else b.reshape(v, shape=t.shape)
+                for v, t in zip(outs, ctx.output_types)]
+    return rule
+
+
 _ONE_DIM = {"dim": Attr("int"), "keepdim": Attr("bool", False)}
 for _name, _fn in (("max", np.argmax), ("min", np.argmin)):
     register(OpDef(name=_name, group=OpGroup.REDUCTION, infer=_indexed_infer(_name),
                    impl=_indexed_impl(_fn), grad=_grad_indexed, attrs=_ONE_DIM, num_outputs=2,
                    saves_inputs=(), saves_outputs=(1,),
+                   decompose=_decompose_indexed(f"arg{_name}"),
                    doc=f"{_name} along dim: (values, indices); the gradient goes to the index"))
 
 

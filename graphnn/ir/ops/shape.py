@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from ..dtypes import int64
 from ..errors import ShapeError
 from ..registry import Attr, OpDef, OpGroup, register, type_of_array
 from ..types import TensorType
@@ -17,9 +18,10 @@ from .shape_rules import checked_shape, fmt_shape, normalize_dim, promoted
 
 
 def _shape_op(name, infer, impl, grad, attrs, *, arity=(1, 1), saves_inputs=(), view=False,
-              doc=""):
+              decompose=None, doc=""):
     register(OpDef(name=name, group=OpGroup.SHAPE, infer=infer, impl=impl, grad=grad,
-                   attrs=attrs, arity=arity, saves_inputs=saves_inputs, view=view, doc=doc))
+                   attrs=attrs, arity=arity, saves_inputs=saves_inputs, view=view,
+                   decompose=decompose, doc=doc))
 
 
 # ---- reshape, permute, expand -------------------------------------------------------------------
@@ -263,8 +265,23 @@ def _tri_infer(name):
     return infer
 
 
+def _decompose_tri(lower: bool):
+    """where(keep, x, 0) with keep[i, j] = j <= i + k (tril) or j >= i + k (triu), from
+    aranges; k is clipped to [-rows, cols] (beyond, all or nothing is kept), so no overflow."""
+    def rule(b, ctx):
+        x = ctx.input(0)
+        rows, cols = ctx.input_types[0].shape[-2:]
+        k = min(max(ctx.attrs["diagonal"], -rows), cols)
+        row = b.reshape(b.arange(start=0, end=rows, dtype=int64), shape=(rows, 1))
+        col = b.reshape(b.arange(start=0, end=cols, dtype=int64), shape=(1, cols))
+        bound = b.add(row, b.scalar(k, int64))
+        keep = b.le(col, bound) if lower else b.ge(col, bound)
+        return [b.where(keep, x, b.scalar(0, b.dtype(x)))]
+    return rule
+
+
 for _name, _fn in (("triu", np.triu), ("tril", np.tril)):
     _shape_op(_name, _tri_infer(_name), (lambda fn: lambda x, *, diagonal: fn(x, k=diagonal))(_fn),
               (lambda name: lambda b, ctx, g: [getattr(b, name)(g, **ctx.attrs)])(_name),
-              {"diagonal": Attr("int", 0)},
+              {"diagonal": Attr("int", 0)}, decompose=_decompose_tri(_name == "tril"),
               doc=f"{'upper' if _name == 'triu' else 'lower'} triangle of the last two dims")
