@@ -78,6 +78,9 @@ def snapshot(value):
     return value
 
 
+CASE_ERRORS = (Exception, pytest.fail.Exception)  # what a failing case raises (pytest.warns' too)
+
+
 class Failures:
     """Collects the failing cases of one test, so one run names every failing sample."""
 
@@ -89,7 +92,7 @@ class Failures:
         """Runs the block; an assertion or error inside is recorded as ``where: message``."""
         try:
             yield
-        except Exception as e:  # noqa: BLE001  (reported by check())
+        except CASE_ERRORS as e:  # reported by check()
             first = str(e).strip().splitlines()
             self.messages.append(f"{where}: {type(e).__name__}: "
                                  f"{' | '.join(first[:6]) if first else ''}")
