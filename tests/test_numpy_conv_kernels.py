@@ -1,0 +1,181 @@
+"""The NumPy backend's convolution kernels (codegen/numpy/conv.py) against PyTorch's conv2d and
+its gradients, in every layout and geometry they take, and against the reference
+implementations where values are not finite (NaN and inf must land where the reference puts
+them) or the batch is empty."""
+import numpy as np
+import pytest
+import torch
+
+from graphnn.codegen.numpy import conv
+from graphnn.codegen.numpy.support import reference
+
+GEOMETRIES = [  # (x shape, weight shape, stride, padding, dilation, groups)
+    ((2, 3, 9, 8), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1),  # the common 3x3 "same"
+    ((2, 3, 9, 8), (4, 3, 3, 3), (1, 1), (0, 0), (1, 1), 1),  # unpadded
+    ((2, 3, 9, 8), (4, 3, 3, 2), (1, 1), (2, 0), (1, 1), 1),  # padding beyond k-1, uneven
+    ((2, 3, 11, 9), (4, 3, 3, 3), (1, 1), (1, 2), (2, 1), 1),  # dilated
+    ((2, 3, 11, 9), (4, 3, 3, 3), (2, 1), (1, 0), (1, 1), 1),  # strided
+    ((2, 3, 11, 10), (6, 3, 3, 3), (2, 3), (1, 1), (2, 2), 1),  # strided and dilated
+    ((2, 4, 7, 7), (6, 2, 3, 3), (1, 1), (1, 1), (1, 1), 2),  # grouped
+    ((2, 4, 9, 7), (4, 1, 3, 3), (2, 2), (1, 1), (1, 1), 4),  # depthwise, strided
+    ((2, 5, 6, 7), (3, 5, 1, 1), (1, 1), (0, 0), (1, 1), 1),  # 1x1: the input is the columns
+    ((2, 6, 6, 7), (4, 3, 1, 1), (1, 1), (0, 0), (1, 1), 2),  # grouped 1x1
+    ((2, 5, 6, 7), (3, 5, 1, 1), (1, 1), (1, 1), (1, 1), 1),  # padded 1x1
+    ((2, 5, 7, 8), (3, 5, 1, 1), (2, 2), (0, 0), (1, 1), 1),  # strided 1x1
+    ((3, 2, 30, 20), (3, 2, 3, 3), (1, 1), (1, 1), (1, 1), 1),  # large enough for "batched"
+]
+LAYOUTS = [None, "batched", "folded"]  # None: the kernel's own choice
+
+
+def _geo(stride, padding, dilation, groups):
+    return dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+
+
+def _inputs(xs, ws, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(xs).astype(dtype)
+    w = rng.standard_normal(ws).astype(dtype)
+    b = rng.standard_normal(ws[0]).astype(dtype)
+    return x, w, b
+
+
+def _torch_conv(x, w, b, geo):
+    """PyTorch's output and the tensors to differentiate (float64 on the CPU)."""
+    tx, tw, tb = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, w, b))
+    y = torch.nn.functional.conv2d(tx, tw, tb, **geo)
+    return y, tx, tw
+
+
+def _close(got, want, dtype):
+    rtol = 1e-5 if dtype == np.float32 else 1e-12
+    scale = max(1.0, float(np.max(np.abs(want)))) if want.size else 1.0
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * scale)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("xs, ws, stride, padding, dilation, groups", GEOMETRIES, ids=str)
+def test_convolution_and_gradients_equal_torch(xs, ws, stride, padding, dilation, groups,
+                                               layout, dtype):
+    geo = _geo(stride, padding, dilation, groups)
+    x, w, b = _inputs(xs, ws, dtype)
+    y, tx, tw = _torch_conv(x, w, b, geo)
+    g = np.random.default_rng(1).standard_normal(tuple(y.shape)).astype(dtype)
+    y.backward(torch.tensor(g, dtype=torch.float64))
+    buffers = {}
+    got = conv.conv2d(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                      buffers=buffers, key="f", layout=layout)
+    _close(got, y.detach().numpy(), dtype)
+    assert got.dtype == dtype
+    dx = conv.conv2d_input_grad(g, w, input_shape=xs, **geo, buffers=buffers, layout=layout)
+    _close(dx, tx.grad.numpy(), dtype)
+    for shared in (None, "f"):  # its own columns, and the ones the forward left in buffers
+        dw = conv.conv2d_weight_grad(x, g, weight_shape=ws, **geo, buffers=buffers,
+                                     columns=shared, layout=layout)
+        _close(dw, tw.grad.numpy(), dtype)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("activation", ["relu", "none"])
+def test_epilogue_with_residual_equals_torch(layout, activation):
+    geo = _geo((1, 1), (1, 1), (1, 1), 1)
+    x, w, b = _inputs((2, 3, 8, 9), (5, 3, 3, 3), np.float32)
+    y, _, _ = _torch_conv(x, w, b, geo)
+    residual = np.random.default_rng(2).standard_normal(tuple(y.shape)).astype(np.float32)
+    want = y.detach().numpy() + residual
+    if activation == "relu":
+        want = np.maximum(want, 0)
+    out = np.empty(want.shape, np.float32)
+    got = conv.conv2d(x, w, b, residual, **geo, activation=activation, out=out, layout=layout)
+    assert got is out
+    _close(got, want, np.float32)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_calls_reusing_buffers_stay_correct(layout):
+    """Scratch arrays kept across calls (the padded border, the row of ones, the widened
+    gradient's spare columns) still hold what the next call relies on."""
+    geo = _geo((1, 1), (1, 1), (1, 1), 1)
+    buffers = {}
+    for seed in range(3):
+        x, w, b = _inputs((2, 3, 8, 9), (4, 3, 3, 3), np.float32, seed)
+        y, tx, tw = _torch_conv(x, w, b, geo)
+        g = np.random.default_rng(seed + 10).standard_normal(tuple(y.shape)).astype(np.float32)
+        y.backward(torch.tensor(g, dtype=torch.float64))
+        _close(conv.conv2d(x, w, b, **geo, buffers=buffers, key="f", layout=layout),
+               y.detach().numpy(), np.float32)
+        _close(conv.conv2d_input_grad(g, w, input_shape=x.shape, **geo, buffers=buffers,
+                                      layout=layout), tx.grad.numpy(), np.float32)
+        _close(conv.conv2d_weight_grad(x, g, weight_shape=w.shape, **geo, buffers=buffers,
+                                       columns="f", layout=layout), tw.grad.numpy(), np.float32)
+
+
+def _reference(name, *arrays, **attrs):
+    return reference(name)(*arrays, **attrs)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("xs, ws, stride, padding, dilation, groups", GEOMETRIES, ids=str)
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # generated kernels run in errstate
+def test_non_finite_values_land_where_the_reference_puts_them(xs, ws, stride, padding,
+                                                               dilation, groups, layout):
+    geo = _geo(stride, padding, dilation, groups)
+    x, w, b = _inputs(xs, ws, np.float32, 3)
+    x[0, 0, 0, -1], x[-1, -1, -1, 0] = np.inf, np.nan
+    w[0, 0, 0, 0], w[-1, -1, -1, -1] = -np.inf, np.nan
+    y = _reference("conv2d", x, w, b, **geo)
+    g = np.random.default_rng(4).standard_normal(y.shape).astype(np.float32)
+    g[0, 0, -1, 0] = np.inf
+    cases = [
+        (conv.conv2d(x, w, b, **geo, layout=layout), y),
+        (conv.conv2d_input_grad(g, w, input_shape=xs, **geo, layout=layout),
+         _reference("conv2d_input_grad", g, w, input_shape=xs, **geo)),
+        (conv.conv2d_weight_grad(x, g, weight_shape=ws, **geo, layout=layout),
+         _reference("conv2d_weight_grad", x, g, weight_shape=ws, **geo)),
+    ]
+    for got, want in cases:
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(np.isposinf(got), np.isposinf(want))
+        np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
+        finite = np.isfinite(want)
+        _close(got[finite], want[finite], np.float32)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_input_gradient_with_a_non_finite_weight_keeps_the_spare_columns_out(layout):
+    """The folded stride-1 input gradient computes products for spare columns too; with an
+    infinite weight they are NaN and must not reach the result, whose finite entries stay
+    equal to PyTorch's."""
+    geo = _geo((1, 1), (1, 1), (1, 1), 1)
+    x, w, b = _inputs((2, 3, 6, 5), (4, 3, 3, 3), np.float32, 5)
+    w[1, 2, 0, 0] = np.inf
+    g = np.random.default_rng(6).standard_normal((2, 4, 6, 5)).astype(np.float32)
+    want = _reference("conv2d_input_grad", g, w, input_shape=x.shape, **geo)
+    got = conv.conv2d_input_grad(g, w, input_shape=x.shape, **geo, layout=layout)
+    assert np.isfinite(want).any() and not np.isfinite(want).all()
+    np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+    w[1, 2, 0, 0] = 0  # the finite entries do not depend on the infinite weight
+    finite = np.isfinite(want)
+    tg = torch.nn.grad.conv2d_input(x.shape, torch.tensor(w, dtype=torch.float64),
+                                    torch.tensor(g, dtype=torch.float64), **geo)
+    _close(got[finite], tg.numpy()[finite], np.float32)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("xs, ws, stride, padding, dilation, groups", GEOMETRIES[:8:3], ids=str)
+def test_empty_batch(xs, ws, stride, padding, dilation, groups, layout):
+    geo = _geo(stride, padding, dilation, groups)
+    x, w, b = _inputs((0,) + xs[1:], ws, np.float32)
+    y = conv.conv2d(x, w, b, **geo, layout=layout)
+    assert y.shape == _reference("conv2d", x, w, b, **geo).shape
+    dx = conv.conv2d_input_grad(y, w, input_shape=x.shape, **geo, layout=layout)
+    assert dx.shape == x.shape
+    dw = conv.conv2d_weight_grad(x, y, weight_shape=ws, **geo, layout=layout)
+    np.testing.assert_array_equal(dw, np.zeros(ws, np.float32))
+
+
+def test_an_unknown_layout_is_refused():
+    x, w, b = _inputs((1, 1, 4, 4), (1, 1, 3, 3), np.float32)
+    with pytest.raises(ValueError, match="layout 'nhwc'"):
+        conv.conv2d(x, w, b, **_geo((1, 1), (0, 0), (1, 1), 1), layout="nhwc")
