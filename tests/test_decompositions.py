@@ -65,7 +65,7 @@ def _empty_samples(name, dtype) -> list:
     by_op = {
         "sub": [Sample([z((0, 3), f), z((3,), f)])],
         **{op: [Sample([z((0, 3), f), z((3,), f)])] for op in ("gt", "ge", "ne")},
-        "relu": unary, "rsqrt": unary,
+        "relu": unary, "rsqrt": unary, "sign": unary,
         "gelu": [Sample([z((0, 3), f)], {"approximate": a}) for a in ("none", "tanh")],
         "softmax": [Sample([z((0, 3), f)], {"dim": -1}), Sample([z((3, 0), f)], {"dim": 1})],
         "log_softmax": [Sample([z((0, 3), f)], {"dim": 1}), Sample([z((3, 0), f)], {"dim": -1})],
@@ -156,10 +156,11 @@ def decomposed_grads(case) -> list:
     for i in case.diff:
         tensors[i].requires_grad_()
     outs = replay(graph, tensors)
-    grads = graphnn.autograd.grad([outs[k] for k in case.float_outs],
-                                  [tensors[i] for i in case.diff],
-                                  grad_outputs=[graphnn.from_numpy(g.copy()) for g in case.gouts],
-                                  allow_unused=True)
+    pairs = [(outs[k], graphnn.from_numpy(g.copy())) for k, g in zip(case.float_outs, case.gouts)
+             if outs[k].requires_grad]  # none: no differentiable path (sign), zero gradients
+    grads = graphnn.autograd.grad([o for o, _ in pairs], [tensors[i] for i in case.diff],
+                                  grad_outputs=[g for _, g in pairs],
+                                  allow_unused=True) if pairs else [None] * len(case.diff)
     return [np.zeros(case.inputs[i].shape) if g is None else g.detach().numpy()
             for g, i in zip(grads, case.diff)]
 

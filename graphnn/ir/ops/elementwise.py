@@ -285,8 +285,18 @@ def _sign(x):
     return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
 
 
+def _decompose_sign(b, ctx):
+    """(x > 0) - (x < 0) in x's dtype, as ``_sign`` (a bool x is itself)."""
+    x = ctx.input(0)
+    dt = b.dtype(x)
+    if dt is bool_:
+        return [b.cast(x, dtype=dt)]
+    zero = b.scalar(0, dt)
+    return [b.sub(b.cast(b.gt(x, zero), dtype=dt), b.cast(b.lt(x, zero), dtype=dt))]
+
+
 elementwise("sign", _sign, lambda b, ctx, g: [b.zeros(ctx.input_types[0].shape, b.dtype(g))],
-            saves_inputs=(), doc="-1, 0 or 1 by the sign of x; its gradient is 0, as PyTorch's")
+            saves_inputs=(), decompose=_decompose_sign, doc="-1, 0 or 1 by the sign of x; its gradient is 0, as PyTorch's")
 elementwise("abs", np.abs, lambda b, ctx, g: [b.mul(g, b.sign(ctx.input(0)))],
             result="promote_nonbool")
 
