@@ -265,3 +265,14 @@ def test_an_op_neither_supported_nor_decomposable_is_named():
     assert "'amax'" in message and "softmax" in message and "div, exp, sub, sum" in message
     assert isinstance(exc.value, graphnn.GraphnnError) and isinstance(exc.value,
                                                                        NotImplementedError)
+
+
+def test_a_decomposition_that_loops_or_changes_types_is_refused(monkeypatch):
+    relu = single_op_graph("relu", [np.ones((2,), F32)], {})
+    monkeypatch.setattr(REGISTRY["relu"], "decompose", lambda b, ctx: [b.relu(ctx.input(0))])
+    with pytest.raises(DecomposeError, match="decomposition of 'relu' emits 'relu' again"):
+        decompose(relu, CORE)
+    monkeypatch.setattr(REGISTRY["relu"], "decompose",
+                        lambda b, ctx: [b.cast(ctx.input(0), dtype=graphnn.float64)])
+    with pytest.raises(DecomposeError, match="decomposition of 'relu' gives f64"):
+        decompose(relu, CORE)

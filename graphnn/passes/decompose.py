@@ -41,15 +41,15 @@ class _Expander:
 
     def expand(self, op: str, inputs: list, attrs: dict) -> tuple:
         opdef = get_op(op)
-        where = self.node.op if not self.stack else " -> ".join(self.stack + [op])
+        chain = f" (decomposing {' -> '.join(self.stack)})" if self.stack else ""
         if opdef.decompose is None:
             raise DecomposeError(
-                f"decompose: op {op!r} ({where}, at {self._site()}) is not lowered by the "
-                f"backend and has no decomposition; the backend lowers "
+                f"decompose: op {op!r} at {self._site()}{chain} is not lowered by the backend "
+                f"and has no decomposition; the backend lowers "
                 f"{{{', '.join(sorted(self.supported))}}}")
         if op in self.stack:
-            raise DecomposeError(f"decompose: the decomposition of {op!r} emits {op!r} again "
-                                 f"({where})")
+            raise DecomposeError(f"decompose: the decomposition of {op!r} emits {op!r} again"
+                                 f"{chain}")
         attrs = opdef.normalize_attrs(attrs)
         in_types = [v.type for v in inputs]
         out_types = opdef.infer_types(in_types, attrs)
