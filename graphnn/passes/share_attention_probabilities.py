@@ -52,10 +52,10 @@ def _split(graph: Graph, chosen: set):
         probabilities.append(p)
     split = rw.finish()
     # the outputs of every role and the probabilities, tracked through the passes as one result
-    split.outputs = (split.output_roles(), tuple(probabilities))
+    split.outputs = {"roles": split.output_roles(), "probabilities": tuple(probabilities)}
     split = eliminate_common_subexpressions(simplify(fold_constants(split)))
-    roles, tracked = split.outputs
-    split.set_outputs(roles)
+    tracked = split.outputs["probabilities"]
+    split.set_outputs(split.outputs["roles"])
     return split, tracked
 
 
