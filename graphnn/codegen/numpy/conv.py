@@ -205,7 +205,7 @@ def conv2d_weight_grad(x, g, *, weight_shape, stride, padding, dilation, groups,
                        buffers=None, key="convw", columns=None, layout=None):
     """dW = g @ im2col(x)^T summed over the batch: batched, one GEMM per image and a sum over
     the images; folded, one GEMM with the batch in its contraction (``g`` copied channels
-    first).
+    first), computed as dW^T.
 
     ``columns``: the key of a forward convolution of this same ``x`` (same geometry and
     kernel size) that ran earlier in this kernel call; its columns, still in ``buffers``, are
@@ -236,9 +236,13 @@ def conv2d_weight_grad(x, g, *, weight_shape, stride, padding, dilation, groups,
                   cols.reshape(n, groups, k, pixels).swapaxes(-1, -2), out=partial)
         np.sum(partial, axis=0, out=dw)
         return out
+    # dW^T = cols @ g^T: BLAS runs this orientation faster (the long contraction over the
+    # batch and pixels, the small O*K result written transposed and copied)
     gt = _channels_first(g, buffers, key)
-    np.matmul(gt.reshape(groups, og, n * pixels),
-              cols.reshape(groups, k, n * pixels).swapaxes(-1, -2), out=dw)
+    dwt = scratch(buffers, key + ".dwt", (groups, k, og), x.dtype)
+    np.matmul(cols.reshape(groups, k, n * pixels),
+              gt.reshape(groups, og, n * pixels).swapaxes(-1, -2), out=dwt)
+    np.copyto(dw, dwt.swapaxes(-1, -2))
     return out
 
 
