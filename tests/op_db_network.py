@@ -1,4 +1,5 @@
-"""Op-table entries of matmul, conv2d and its gradients, max_pool2d, creation and random ops."""
+"""Op-table entries of matmul, conv2d and its gradients, max_pool2d and its gradient, creation
+and random ops."""
 from __future__ import annotations
 
 import numpy as np
@@ -144,6 +145,35 @@ def _pool_errors(m):
             Err([m(1, 1, 5, 5)], {"kernel_size": (2,), "stride": 2}, ValueError, "1 kernel int")]
 
 
+def _pool_backward_samples(m):
+    """A gradient of each pool sample's output shape and the indices PyTorch's pool gives."""
+    samples = []
+    for pool in _pool_samples(m):
+        x = torch.from_numpy(np.ascontiguousarray(pool.inputs[0])).double()
+        geo = {"padding": (0, 0), "dilation": (1, 1), "ceil_mode": False, **pool.attrs}
+        _, index = _pool_ref(x, **geo)
+        grad = m(*index.shape, layout="c")
+        samples.append(Sample([grad, index.numpy()], {"input_shape": tuple(x.shape), **geo},
+                              pool.desc))
+    return samples
+
+
+def _pool_backward_ref(grad, index, *, input_shape, kernel_size, stride, padding, dilation,
+                       ceil_mode):
+    return torch.ops.aten.max_pool2d_with_indices_backward(
+        grad, torch.zeros(input_shape, dtype=grad.dtype), list(kernel_size), list(stride),
+        list(padding), list(dilation), ceil_mode, index)
+
+
+def _pool_backward_errors(m):
+    geo = {"input_shape": (1, 1, 4, 4), "kernel_size": (2, 2), "stride": (2, 2)}
+    index = np.zeros((1, 1, 2, 2), np.int64)
+    return [Err([m(1, 1, 2, 2), index.astype(np.int32)], geo, TypeError, "int32 indices"),
+            Err([m(1, 1, 2, 3), index], geo, ValueError, "shapes differ"),
+            Err([m(1, 1, 2, 2), index], {**geo, "input_shape": (1, 2, 4, 4)}, ValueError,
+                "channels differ")]
+
+
 NETWORK = [
     OpInfo("matmul", _matmul_samples, torch.matmul, NUMERIC, errors=_matmul_errors,
            tol={F16: (4e-3, 4e-3)}),
@@ -154,6 +184,8 @@ NETWORK = [
     OpInfo("conv2d_weight_grad", _weight_grad_samples, _weight_grad_ref, FLOATS,
            errors=_conv_grad_errors("conv2d_weight_grad"), tol={F16: (1e-2, 1e-2)}),
     OpInfo("max_pool2d", _pool_samples, _pool_ref, FLOATS, errors=_pool_errors),
+    OpInfo("max_pool2d_backward", _pool_backward_samples, _pool_backward_ref, FLOATS,
+           grad_inputs=(0,), errors=_pool_backward_errors),
 ]
 
 

@@ -1,9 +1,8 @@
 """The NumPy backend's max-pooling kernels, bit for bit against the reference implementations.
 
 ``max_pool2d``'s indices (narrow window codes turned into int64 flat indices once) and the
-max-pool gradient's ``scatter_add`` (``pool_scatter_add``: a filled plane and ``np.add.at``
-without the generic bounds checks, emitted where the index is, through reshapes, a
-``max_pool2d``'s indices): over kernel / stride / padding / dilation / ceil_mode
+max-pool gradient (the ``max_pool2d_backward`` op: zeroed planes and ``np.add.at`` without
+the generic bounds checks): over kernel / stride / padding / dilation / ceil_mode
 combinations, ties, NaN, -inf and -0.0, run serially and split over threads.
 """
 import copy
@@ -23,7 +22,7 @@ from graphnn.ir.dtypes import from_numpy_dtype
 from graphnn.ir.ops.pool import has_outside_windows
 
 POOL = get_op("max_pool2d").impl
-SCATTER = get_op("scatter_add").impl
+POOL_BACKWARD = get_op("max_pool2d_backward").impl
 
 
 @pytest.fixture(params=["serial", "three parts"])
@@ -180,17 +179,13 @@ KERNEL_GEOMETRIES = [  # (x shape, attrs)
 ]
 
 
-def _pool_grad_graph(geo, dim=2):
-    """x, g -> (values, scatter_add(full 0, reshape(indices), reshape(g), dim)): the max-pool
-    gradient as autodiff writes it."""
+def _pool_grad_graph(geo):
+    """x, g -> (values, max_pool2d_backward(g, indices)): the max-pool gradient as autodiff
+    writes it."""
     def build(g, x, grad):
         values, index = g.call("max_pool2d", x, **geo)
-        n, c, h, w = x.type.shape
-        ho, wo = values.type.shape[2:]
-        plane = g.call("full", shape=(n, c, h * w), dtype=x.type.dtype, value=0)
-        flat_i = g.call("reshape", index, shape=(n, c, ho * wo))
-        flat_g = g.call("reshape", grad, shape=(n, c, ho * wo))
-        return values, g.call("scatter_add", plane, flat_i, flat_g, dim=dim)
+        return values, g.call("max_pool2d_backward", grad, index, input_shape=x.type.shape,
+                              **geo)
     return build
 
 
@@ -198,9 +193,9 @@ def _pool_grad_graph(geo, dim=2):
 @pytest.mark.parametrize("xs, attrs", KERNEL_GEOMETRIES, ids=str)
 @pytest.mark.usefixtures("parts")
 def test_generated_pool_and_gradient_equal_the_interpreter(xs, attrs, dtype):
-    """The gradient's scatter_add takes the pool path; -0.0 gradients give +0.0 as in the
-    reference (0.0 + -0.0); a -inf window starting in padding takes its first element inside
-    the image, so its index stays in the plane."""
+    """The gradient takes the plane kernel; -0.0 gradients give +0.0 as in the reference
+    (0.0 + -0.0); a -inf window starting in padding takes its first element inside the image,
+    so its index stays in the plane."""
     geo = {"padding": (0, 0), "dilation": (1, 1), "ceil_mode": False, **attrs}
     rng = np.random.default_rng(2)
     for mode in ("ties", "nan", "neg-zero"):
@@ -210,9 +205,7 @@ def test_generated_pool_and_gradient_equal_the_interpreter(xs, attrs, dtype):
         grad[grad < -0.5] = -0.0
         graph = _graph("pool_grad", _pool_grad_graph(geo), [x, grad])
         source, _ = run_both(graph, [x, grad])
-        assert "_rt.pool_scatter_add(" in source and "_rt.scatter_add(" not in source
-        graph = _graph("pool_grad_last", _pool_grad_graph(geo, dim=-1), [x, grad])
-        assert "_rt.pool_scatter_add(" in run_both(graph, [x, grad])[0]
+        assert "_rt.max_pool2d_backward(" in source and "_rt.scatter_add(" not in source
 
 
 def test_generated_pool_without_indices_equals_the_interpreter():
@@ -224,9 +217,10 @@ def test_generated_pool_without_indices_equals_the_interpreter():
     assert "indices=False" in source
 
 
-def test_scatter_add_of_other_shapes_keeps_the_general_kernel():
-    """Index rows that are not planes (the channels folded into one row: indices repeat),
-    a base that is not a ``full``, or another dim: the general scatter_add, exact."""
+def test_scatter_add_of_pool_indices_is_the_general_kernel():
+    """A scatter_add of a pool's indices (rows that are planes or not, any base, any dim) is
+    the general scatter_add, exact: only the ``max_pool2d_backward`` op takes the plane
+    kernel."""
     geo = dict(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1),
                ceil_mode=False)
     rng = np.random.default_rng(4)
@@ -255,19 +249,18 @@ def test_scatter_add_of_other_shapes_keeps_the_general_kernel():
     for build, arrays in ((folded, [x, grad]), (base_input, [x, grad, base]),
                           (other_dim, [x, grad])):
         source, _ = run_both(_graph(build.__name__, build, arrays), arrays)
-        assert "_rt.scatter_add(" in source and "pool_scatter_add" not in source, \
+        assert "_rt.scatter_add(" in source and "max_pool2d_backward" not in source, \
             build.__name__
 
 
-# ---- pool_scatter_add ----------------------------------------------------------------------------
+# ---- max_pool2d_backward ---------------------------------------------------------------------------
 
 @pytest.mark.usefixtures("parts")
-def test_pool_scatter_add_equals_the_reference_bit_for_bit():
-    """Every geometry (overlapping windows: the reference's additions in its order), bases
-    of +0.0, -0.0 and 1.5, -0.0 gradients, -inf windows (their first element inside the
-    image, never padding): the same result. Geometries with a window wholly in the padding
-    (out-of-plane indices) are left to the general scatter_add, which raises as the
-    reference does."""
+def test_pool_backward_kernel_equals_the_reference_bit_for_bit():
+    """Every geometry (overlapping windows: the reference's additions in its order), -0.0
+    gradients, -inf windows (their first element inside the image, never padding): the same
+    result. Geometries with a window wholly in the padding (out-of-plane indices) are left to
+    the reference, which raises."""
     rng = np.random.default_rng(5)
     checked = outside = 0
     for geo in _geometries():
@@ -277,23 +270,19 @@ def test_pool_scatter_add_equals_the_reference_bit_for_bit():
             pooled = _pool_or_none(x, geo)
             if pooled is None:
                 continue
-            n, c, h, w = shape
-            ho, wo = pooled[1].shape[2:]
-            index = pooled[1].reshape(n, c, ho * wo)
-            src = rng.standard_normal(index.shape).astype(np.float32)
-            src[src < -0.5] = -0.0
-            base = np.full((n, c, h * w), [0.0, -0.0, 1.5][checked % 3], np.float32)
-
-            args = (base, index, src)
-            kwargs = dict(out=np.empty_like(base), buffers={})
+            index = pooled[1]
+            grad = rng.standard_normal(index.shape).astype(np.float32)
+            grad[grad < -0.5] = -0.0
             geometry = (geo["kernel_size"], geo["stride"], geo["padding"], geo["dilation"])
-            if has_outside_windows(shape, *geometry, (ho, wo)):
+            if has_outside_windows(shape, *geometry, index.shape[2:]):
                 with pytest.raises(IndexError, match="out of bounds"):
-                    SCATTER(*args, dim=2)
+                    POOL_BACKWARD(grad, index, input_shape=shape, **geo)
                 outside += 1
                 continue
-            assert index.min() >= 0 and index.max() < h * w
-            assert_bits(numpy_support.pool_scatter_add(*args, **kwargs), SCATTER(*args, dim=2),
+            assert index.min() >= 0 and index.max() < shape[2] * shape[3]
+            got = numpy_support.max_pool2d_backward(grad, index, shape,
+                                                    out=np.empty(shape, np.float32), buffers={})
+            assert_bits(got, POOL_BACKWARD(grad, index, input_shape=shape, **geo),
                         f"{geo} {shape}")
             checked += 1
     assert checked > 300 and outside > 0
@@ -344,7 +333,7 @@ def test_compiled_step_pool_gradient_equals_eager(pool):
         assert_bits(step(weight).detach().numpy(), eager(weight).detach().numpy(), "loss")
         assert_bits(model.image.grad.numpy(), twin.image.grad.numpy(), "grad")
         assert_bits(model.image.detach().numpy(), twin.image.detach().numpy(), "image")
-    assert "_rt.pool_scatter_add(" in step.kernel_sources()["step"]
+    assert "_rt.max_pool2d_backward(" in step.kernel_sources()["step"]
 
 
 def _cnn(lib, kernel):
@@ -385,4 +374,4 @@ def test_compiled_cnn_step_matches_eager_and_torch(kernel):
                                        err_msg=name)
             np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), rtol=1e-5, atol=1e-5,
                                        err_msg=name)
-    assert "_rt.pool_scatter_add(" in step.kernel_sources()["step"]
+    assert "_rt.max_pool2d_backward(" in step.kernel_sources()["step"]

@@ -10,8 +10,8 @@ generic path calls the registry's reference implementation bound into the genera
 ``""`` where the result must be a fresh array.
 
 Exactness. Elementwise lowerings (ufuncs with ``out=``; ``where`` as a branch-free bit select),
-reductions with ``out=``, softmax, max pooling, ``scatter_add`` (``np.add.at`` on flat
-positions), ``slice_scatter`` and attention compute the same values in the same order as the
+reductions with ``out=``, softmax, max pooling and its backward, ``scatter_add``
+(``np.add.at`` on flat positions), ``slice_scatter`` and attention compute the same values in the same order as the
 reference implementations: equal to the interpreter bit for bit. They are emitted only where
 that holds: every data operand has the compute dtype, results are not 0-d (but for ufuncs and
 reductions, whose 0-d results are made arrays), and float16 is computed in float32
@@ -33,8 +33,6 @@ import numpy as np
 from graphnn.ir import get_op
 from graphnn.ir.ops.pool import has_outside_windows
 from graphnn.ir.ops.shape_rules import normalize_dims
-
-from .common import is_uniform
 
 
 @dataclass
@@ -314,50 +312,23 @@ def _max_pool2d(node, args, ctx):
                    f"{scratch})", targets=[values])
 
 
-def _pooled_planes(node):
-    """The ``max_pool2d`` node whose indices ``scatter_add`` ``node`` scatters when it is the
-    max-pool gradient: its base holds one value everywhere (a ``full`` node, or the constant
-    that folding one gives), its index the pool's indices through reshapes only, one plane's
-    ho*wo indices per row along the last dim (the scatter's dim), and each row of the base
-    one h*w plane (so the indices are in bounds by construction, see ``pool_scatter_add``).
-    Else None."""
-    base, index = node.inputs[0], node.inputs[1]
-    filled = base.kind == "const" and base.data is not None and is_uniform(base.data)
-    if not (filled or base.producer is not None and base.producer.op == "full"):
+def _max_pool2d_backward(node, args, ctx):
+    """The blocked plane kernel when no window lies wholly in the padding (then the indices
+    are in their plane by construction); else the reference, which checks bounds and raises."""
+    a, g = node.attrs, node.inputs[0].type
+    if has_outside_windows(a["input_shape"], a["kernel_size"], a["stride"], a["padding"],
+                           a["dilation"], g.shape[2:]):
         return None
-    value = index
-    while value.producer is not None and value.producer.op == "reshape":
-        value = value.producer.inputs[0]
-    pool = value.producer
-    if pool is None or pool.op != "max_pool2d" or value.name != pool.outputs[1].name:
-        return None
-    b, i = base.type.shape, index.type.shape
-    h, w = pool.inputs[0].type.shape[2:]
-    ho, wo = pool.outputs[1].type.shape[2:]
-    if node.attrs["dim"] % len(b) != len(b) - 1 or i[-1] != ho * wo or \
-            tuple(b[:-1]) != tuple(i[:-1]) or b[-1] != h * w:
-        return None
-    return pool
-
-
-def _outside_windows(pool) -> bool:
-    """Whether the pool has windows wholly in the padding (their indices point out of their
-    plane: the general ``scatter_add`` checks bounds and raises, as the reference does)."""
-    a = pool.attrs
-    return has_outside_windows(pool.inputs[0].type.shape, a["kernel_size"], a["stride"],
-                               a["padding"], a["dilation"], pool.outputs[1].type.shape[2:])
+    return f"_rt.max_pool2d_backward({args[0]}, {args[1]}, {tuple(a['input_shape'])!r}" \
+           f"{ctx.out_arg(node)}, buffers=buffers, key={ctx.scratch_key(node)!r})"
 
 
 def _scatter_add(node, args, ctx):
     base, _, src = (v.type for v in node.inputs)
     if not base.shape or base.dtype != src.dtype:
         return None
-    scratch = f"buffers=buffers, key={ctx.scratch_key(node)!r}"
-    pool = _pooled_planes(node)
-    if pool is not None and not _outside_windows(pool):  # the max-pool gradient: no bounds
-        return f"_rt.pool_scatter_add({', '.join(args)}{ctx.out_arg(node)}, {scratch})"  # checks
     return f"_rt.scatter_add({', '.join(args)}, {node.attrs['dim']}{ctx.out_arg(node)}, " \
-           f"{scratch})"
+           f"buffers=buffers, key={ctx.scratch_key(node)!r})"
 
 
 def _attention(node, args, ctx):
@@ -381,7 +352,8 @@ LOWERINGS.update({
     "matmul": _matmul, "matmul_epilogue": _matmul_epilogue,
     "conv2d": _conv2d, "conv2d_epilogue": _conv2d_epilogue,
     "conv2d_input_grad": _conv_grad("input"), "conv2d_weight_grad": _conv_grad("weight"),
-    "max_pool2d": _max_pool2d, "scatter_add": _scatter_add,
+    "max_pool2d": _max_pool2d, "max_pool2d_backward": _max_pool2d_backward,
+    "scatter_add": _scatter_add,
     "scaled_dot_product_attention": _attention,
 })
 

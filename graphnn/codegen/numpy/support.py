@@ -260,26 +260,25 @@ def scatter_add(base, index, src, dim, out=None, buffers=None, key="scatter"):
     return out
 
 
-def pool_scatter_add(base, index, src, *, out=None, buffers=None, key="scatter"):
-    """``scatter_add(base, index, src, dim=-1)`` for the max-pool gradient: ``base`` holds one
-    value everywhere (the all-zero ``full`` plane) and each row of ``index`` (the last dim) is
-    one plane's flat indices from a ``max_pool2d``, the row of ``base`` the same plane. The result is ``base`` refilled with its value plus ``np.add.at``
-    over flat positions in the index's order: the reference's additions in its order, so
-    equal bit for bit (0.0 + -0.0 is 0.0 here too), whether windows overlap or not; done a
-    block of rows at a time, so that the additions find the block just filled in the cache.
+def max_pool2d_backward(grad, index, input_shape, *, out=None, buffers=None, key="scatter"):
+    """The ``max_pool2d_backward`` op: ``grad`` (N, C, Ho, Wo) added into zero (H, W) planes
+    at the pool's flat ``index``: each plane zeroed, then ``np.add.at`` over flat positions
+    in the index's order: the reference's additions in its order, so equal bit for bit
+    (0.0 + -0.0 is 0.0 here too), whether windows overlap or not; done a block of planes at
+    a time, so that the additions find the block just zeroed in the cache.
 
-    Bounds: such indices lie inside their plane by construction (a window whose maximum is
-    -inf takes its first element inside the image, never padding), so they are not checked
-    beyond what ``np.add.at`` checks."""
+    Bounds: the caller guarantees that no window lies wholly in the padding; then the indices
+    lie inside their plane by construction (a window whose maximum is -inf takes its first
+    element inside the image), so they are not checked beyond what ``np.add.at`` checks."""
     buffers = {} if buffers is None else buffers
-    rows, length, size = math.prod(index.shape[:-1]), index.shape[-1], base.shape[-1]
+    n, c, h, w = input_shape
+    rows, length, size = n * c, index.shape[2] * index.shape[3], h * w
     if out is None:
-        out = np.empty(base.shape, base.dtype)
+        out = np.empty(input_shape, grad.dtype)
     if not out.size:
         return out
-    value = base.reshape(-1)[0]
     out2, index2, src2 = out.reshape(rows, size), index.reshape(rows, length), \
-        src.reshape(rows, length)
+        grad.reshape(rows, length)
     flat = scratch(buffers, key + ".flat", (rows, length), np.int64)
     block = max(1, (1 << 20) // (size * out.itemsize))  # rows of about 1 MiB
     offsets = np.arange(0, block * size, size, dtype=np.int64)[:, None]
@@ -288,7 +287,7 @@ def pool_scatter_add(base, index, src, *, out=None, buffers=None, key="scatter")
         for r in range(lo, hi, block):
             s = min(hi, r + block)
             part = out2[r:s]
-            part.fill(value)
+            part.fill(0)
             np.add(index2[r:s], offsets[:s - r], out=flat[r:s])
             np.add.at(part.reshape(-1), flat[r:s].reshape(-1), src2[r:s].reshape(-1))
     split(add, rows, out.size)

@@ -1,7 +1,10 @@
 """Max pooling over (N, C, H, W) with PyTorch's geometry, returning values and flat indices.
 
 Indices address the flattened H*W plane of the unpadded input, as torch's ``return_indices``
-does. The gradient scatters into that plane with ``scatter_add``: no separate backward op.
+does. The gradient is ``max_pool2d_backward``: the output gradient added into each plane at
+the saved indices. It decomposes into a ``scatter_add`` into zeros, so a backend needs no
+kernel of its own for it; one that has one knows, from the op and its geometry, that the
+indices lie inside their plane (but for windows wholly in the padding: ``has_outside_windows``).
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..dtypes import int64
 from ..errors import DTypeError, ShapeError
 from ..registry import Attr, OpDef, OpGroup, register
+from .indexing import _scatter_add
 from ..types import TensorType
 from .shape_rules import fmt_shape
 
@@ -108,19 +112,69 @@ def has_outside_windows(shape, kernel_size, stride, padding, dilation, windows) 
 
 
 def _grad_max_pool2d(b, ctx, grads):
-    g = grads[0]
-    n, c, h, w = ctx.input_types[0].shape
-    idx = ctx.output(1)
-    plane = b.zeros((n, c, h * w), b.dtype(g))
-    flat_g = b.reshape(g, shape=(n, c, b.shape(g)[2] * b.shape(g)[3]))
-    flat_i = b.reshape(idx, shape=b.shape(flat_g))
-    return [b.reshape(b.scatter_add(plane, flat_i, flat_g, dim=2), shape=(n, c, h, w))]
+    return [b.max_pool2d_backward(grads[0], ctx.output(1), input_shape=ctx.input_types[0].shape,
+                                  **ctx.attrs)]
+
+
+_POOL_ATTRS = {"kernel_size": Attr("ints"), "stride": Attr("ints"),
+               "padding": Attr("ints", (0, 0)), "dilation": Attr("ints", (1, 1)),
+               "ceil_mode": Attr("bool", False)}
 
 
 register(OpDef(name="max_pool2d", group=OpGroup.POOLING, infer=_pool_infer, impl=_max_pool2d,
                grad=_grad_max_pool2d,
-               attrs={"kernel_size": Attr("ints"), "stride": Attr("ints"),
-                      "padding": Attr("ints", (0, 0)), "dilation": Attr("ints", (1, 1)),
-                      "ceil_mode": Attr("bool", False)},
-               num_outputs=2, saves_inputs=(), saves_outputs=(1,),
+               attrs=_POOL_ATTRS, num_outputs=2, saves_inputs=(), saves_outputs=(1,),
                doc="(values, indices) of the max over each window; padding counts as -inf"))
+
+
+def _backward_infer(types, *, input_shape, **geometry):
+    g, index = types
+    if index.dtype != int64 or not g.dtype.is_floating_point:
+        raise DTypeError(f"max_pool2d_backward: expected a floating point gradient and int64 "
+                         f"indices, got {g.dtype.name} and {index.dtype.name}")
+    if g.ndim != 4 or tuple(index.shape) != tuple(g.shape) or len(input_shape) != 4 or \
+            tuple(input_shape[:2]) != tuple(g.shape[:2]):
+        raise ShapeError(f"max_pool2d_backward: expected a gradient and indices of one shape "
+                         f"(N, C, Ho, Wo) and input_shape (N, C, H, W), got "
+                         f"{fmt_shape(g.shape)}, {fmt_shape(index.shape)} and "
+                         f"{list(input_shape)}")
+    return TensorType(tuple(input_shape), g.dtype)
+
+
+def _planes(b, value, n, c):
+    """``value`` (N, C, ...) as (N, C, plane size)."""
+    shape = b.shape(value)
+    return b.reshape(value, shape=(n, c, shape[2] * shape[3]))
+
+
+def _decompose_backward(b, ctx):
+    """A ``scatter_add`` of the gradient into a zero (N, C, H*W) plane at the indices."""
+    n, c, h, w = ctx.attrs["input_shape"]
+    g, index = ctx.input(0), ctx.input(1)
+    plane = b.zeros((n, c, h * w), b.dtype(g))
+    added = b.scatter_add(plane, _planes(b, index, n, c), _planes(b, g, n, c), dim=2)
+    return [b.reshape(added, shape=(n, c, h, w))]
+
+
+def _grad_backward(b, ctx, g):
+    """Each window's gradient reads the input gradient back at its maximum: a gather."""
+    n, c = ctx.attrs["input_shape"][:2]
+    index = ctx.input(1)
+    picked = b.gather(_planes(b, g, n, c), _planes(b, index, n, c), dim=2)
+    return [b.reshape(picked, shape=b.shape(index)), None]
+
+
+def _max_pool2d_backward(g, index, *, input_shape, **geometry):
+    n, c, h, w = input_shape
+    windows = g.shape[2] * g.shape[3]
+    plane = np.zeros((n, c, h * w), g.dtype)
+    return _scatter_add(plane, index.reshape(n, c, windows), g.reshape(n, c, windows),
+                        dim=2).reshape(input_shape)
+
+
+register(OpDef(name="max_pool2d_backward", group=OpGroup.POOLING, infer=_backward_infer,
+               impl=_max_pool2d_backward, grad=_grad_backward,
+               attrs={"input_shape": Attr("ints"), **_POOL_ATTRS}, arity=(2, 2),
+               saves_inputs=(1,), decompose=_decompose_backward,
+               doc="the gradient of max_pool2d's input: the output gradient added into each "
+                   "(H, W) plane at the pool's flat indices"))
