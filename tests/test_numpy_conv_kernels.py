@@ -179,3 +179,26 @@ def test_an_unknown_layout_is_refused():
     x, w, b = _inputs((1, 1, 4, 4), (1, 1, 3, 3), np.float32)
     with pytest.raises(ValueError, match="layout 'nhwc'"):
         conv.conv2d(x, w, b, **_geo((1, 1), (0, 0), (1, 1), 1), layout="nhwc")
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("xs, ws, stride, padding, dilation, groups",
+                         [g for g in GEOMETRIES if g[2] == (1, 1)], ids=str)
+def test_input_gradient_in_blocks_of_images_equals_torch(xs, ws, stride, padding, dilation,
+                                                         groups, monkeypatch):
+    """The folded stride-1 input gradient adds its products a block of images at a time:
+    blocks of one image (and a last, shorter block) give the same result."""
+    monkeypatch.setattr(conv, "COL2IM_BLOCK", 1)
+    geo = _geo(stride, padding, dilation, groups)
+    x, w, b = _inputs((3,) + xs[1:], ws, np.float32, 7)
+    y, tx, _ = _torch_conv(x, w, b, geo)
+    g = np.random.default_rng(8).standard_normal(tuple(y.shape)).astype(np.float32)
+    y.backward(torch.tensor(g, dtype=torch.float64))
+    got = conv.conv2d_input_grad(g, w, input_shape=x.shape, **geo, layout="folded")
+    _close(got, tx.grad.numpy(), np.float32)
+    w[0, 0, 0, 0] = np.inf  # the spare products are zeroed block by block
+    want = _reference("conv2d_input_grad", g, w, input_shape=x.shape, **geo)
+    got = conv.conv2d_input_grad(g, w, input_shape=x.shape, **geo, layout="folded")
+    for kind in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(kind(got), kind(want))
+    _close(got[np.isfinite(want)], want[np.isfinite(want)], np.float32)

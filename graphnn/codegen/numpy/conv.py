@@ -29,6 +29,7 @@ from .parallel import split
 
 LAYOUTS = ("batched", "folded")
 BATCHED_MIN_PIXELS = 512  # output pixels per image from which per-image GEMMs pay
+COL2IM_BLOCK = 1 << 20  # bytes of GEMM products a col2im block adds up while they are cached
 
 
 def _output_size(size, k, s, p, d):
@@ -299,7 +300,8 @@ def _wide_input_grad(g, w, padding, dilation, groups, out, buffers, key):
     ``W^T @ g`` adds into the flattened padded plane of channel c as one contiguous run per
     image, from offset ``i*dh*wp + j*dw`` on (long runs instead of one per output row). The
     spare columns' products (exact zeros, or NaN where the weight is not finite: then they
-    are zeroed) add nothing."""
+    are zeroed) add nothing. Done a block of images at a time (``COL2IM_BLOCK`` bytes of
+    products), so that the adds read the GEMM's products from the cache."""
     n, c, h, wd = out.shape
     o, cg, kh, kw = w.shape
     _, _, ho, wo = g.shape
@@ -311,24 +313,30 @@ def _wide_input_grad(g, w, padding, dilation, groups, out, buffers, key):
     def widen(lo, hi):  # output channels lo..hi
         np.copyto(wide[lo:hi, ..., :wo], g[:, lo:hi].transpose(1, 0, 2, 3))
     split(widen, o, g.size)
-    cols = scratch(buffers, key + ".cols", (groups, k, n * span), g.dtype)
-    np.matmul(w.reshape(groups, og, k).swapaxes(-1, -2), wide.reshape(groups, og, n * span),
-              out=cols)
-    if not np.isfinite(np.sum(w)):  # 0 * inf is NaN: the spare products must be zeros
-        cols.reshape(groups * k, n, ho, wp)[..., wo:] = 0
-    blocks = cols.reshape(c, kh, kw, n, span)
+    block = max(1, min(n, COL2IM_BLOCK // max(1, c * kh * kw * span * g.itemsize)))
+    cols = scratch(buffers, key + ".cols", (groups, k, block * span), g.dtype)
     # one spare row: the last runs pass the plane's end by up to dw*(kw-1) (spare) columns
-    padded = scratch(buffers, key + ".wpad", (c, n, (hp + 1) * wp), g.dtype)
+    padded = scratch(buffers, key + ".wpad", (c, block, (hp + 1) * wp), g.dtype)
+    wt = w.reshape(groups, og, k).swapaxes(-1, -2)
+    products = wide.reshape(groups, og, n * span)
+    finite = bool(np.isfinite(np.sum(w)))  # 0 * inf is NaN: spare products must be zeroed
     interior = out.transpose(1, 0, 2, 3)
+    for first in range(0, n, block):
+        m = min(block, n - first)
+        part = cols[..., :m * span]
+        np.matmul(wt, products[..., first * span:(first + m) * span], out=part)
+        if not finite:
+            part.reshape(groups * k, m, ho, wp)[..., wo:] = 0
+        blocks = part.reshape(c, kh, kw, m, span)
 
-    def add(lo, hi):  # input channels lo..hi
-        plane = padded[lo:hi]
-        plane.fill(0)
-        for i in range(kh):
-            for j in range(kw):
-                start = i * dh * wp + j * dw
-                plane[..., start:start + span] += blocks[lo:hi, i, j]
-        rows = plane[..., :hp * wp].reshape(hi - lo, n, hp, wp)
-        np.copyto(interior[lo:hi], rows[:, :, ph:ph + h, pw:pw + wd])
-    split(add, c, padded.size)
+        def add(lo, hi):  # input channels lo..hi
+            plane = padded[lo:hi, :m]
+            plane.fill(0)
+            for i in range(kh):
+                for j in range(kw):
+                    start = i * dh * wp + j * dw
+                    plane[..., start:start + span] += blocks[lo:hi, i, j]
+            rows = plane[..., :hp * wp].reshape(hi - lo, m, hp, wp)
+            np.copyto(interior[lo:hi, first:first + m], rows[:, :, ph:ph + h, pw:pw + wd])
+        split(add, c, c * m * hp * wp)
     return out
