@@ -32,12 +32,12 @@ INPUT_ROLES = ("input", "grad", "random", "hyper")
 STATE_KINDS = ("param", "buffer")
 VALUE_KINDS = INPUT_ROLES + STATE_KINDS + ("const", "node")
 OUTPUT_ROLES = ("result", "update", "rebound", "saved", "grad")
-_EMPTY = {"result": None, "update": {}, "rebound": {}, "saved": (), "grad": {}}
 
 
 @dataclass(eq=False)
 class Value:
-    """One SSA value. ``producer``/``index`` are set for node results, ``data`` for constants."""
+    """One SSA value. ``kind`` is one of ``VALUE_KINDS`` (for a graph input, its role);
+    ``producer``/``index`` are set for node results, ``data`` for constants."""
 
     name: str
     type: TensorType
@@ -148,7 +148,7 @@ class Graph:
     def output(self, role: str):
         """The structure of ``role``'s outputs; when the graph has none, None for the result,
         ``()`` for saved values and ``{}`` for the dict roles."""
-        return self._outputs.get(_check_role(role), _EMPTY[role])
+        return self._outputs[role] if _check_role(role) in self._outputs else _empty(role)
 
     def set_output(self, role: str, structure) -> None:
         """Make ``structure`` the outputs of ``role`` (None or an empty one removes it)."""
@@ -190,7 +190,7 @@ class Graph:
         graph gave: the interpreter's or a kernel's value, shaped as ``outputs``) split by
         role, with the empty structure of each role the graph has no outputs of."""
         parts = {"result": returned} if set(self._outputs) <= {"result"} else dict(returned)
-        return {role: parts.get(role, _EMPTY[role]) for role in OUTPUT_ROLES}
+        return {role: parts[role] if role in parts else _empty(role) for role in OUTPUT_ROLES}
 
     # ---- reading -----------------------------------------------------------------------------
 
@@ -240,6 +240,11 @@ def _check_role(role: str) -> str:
     if role not in OUTPUT_ROLES:
         raise GraphnnError(f"{role!r} is not an output role ({', '.join(OUTPUT_ROLES)})")
     return role
+
+
+def _empty(role: str):
+    """The structure of a role without outputs: None, ``()`` for saved values, else ``{}``."""
+    return None if role == "result" else () if role == "saved" else {}
 
 
 def _role_structure(role: str, structure):
