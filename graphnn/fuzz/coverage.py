@@ -28,17 +28,22 @@ def traced_graph(program: Program):
 
 
 def covered_ops(program: Program, grad: bool) -> set:
-    """Op names in the program's graphs (empty when it cannot be traced)."""
+    """Op names in the program's graphs (empty when it cannot be traced); with ``grad``, the
+    training graphs with respect to the parameters and the inputs that require grad, as the
+    checks differentiate them."""
     from graphnn.compiler import stages  # the compiler's stages: graphs as compile builds them
+    from graphnn.compiler.training import training_graphs
 
     try:
         graph = traced_graph(program)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ops = ops_of(graph) | ops_of(stages.optimized(graph).graph)
-            if grad and stages.differentiable_names(graph):
-                training = stages.training(graph)
-                ops |= ops_of(training.forward) | ops_of(training.backward)
+            wrt = [v.name for v in graph.params if v.kind == "param"] + \
+                [v.name for v, spec in zip(graph.inputs, program.inputs) if spec.requires_grad]
+            if grad and wrt:
+                _, forward, backward = training_graphs(graph, wrt, None, None)
+                ops |= ops_of(forward) | ops_of(backward)
     except Exception:  # noqa: BLE001 (an untraceable program covers what check reports)
         return set()
     return ops
