@@ -977,6 +977,43 @@ def test_optimizer_only_function_returning_nothing():
         assert_same_training_state(model, twin, opt, twin_opt, where=f"step {i}: ")
 
 
+def test_traced_step_marks_its_inputs_and_outputs_by_role():
+    """A traced step's gradients are inputs of role grad; after autodiff fills them in, the
+    step graph returns the loss, an update per parameter and the rebound ``.grad`` and
+    momentum slots, each printed by role and parsed back."""
+    from graphnn.compiler import step as compiled_step
+    from graphnn.compiler.step_state import StepState
+    from graphnn.ir import parse, verify
+
+    graphnn.manual_seed(3)
+    model = nn.Linear(3, 2)
+    opt = graphnn.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def train(x):
+        opt.zero_grad()
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    traced, changes = compiled_step.trace_function(train, (graphnn.randn(4, 3),), {},
+                                                   StepState(train))
+    graph = traced.graph
+    assert [(v.name, v.kind) for v in graph.inputs] == [
+        ("x", "input"), ("grad:model.weight", "grad"), ("grad:model.bias", "grad")]
+    assert 'grad %"grad:model.weight": f32[2,3]' in str(graph)
+    step = verify(compiled_step.step_graph(graph, traced.backward))
+    assert [v.kind for v in step.inputs] == ["input"]
+    assert list(step.output_roles()) == ["result", "update", "rebound"]
+    assert set(step.output("update")) == {"model.weight", "model.bias"}
+    assert set(step.output("rebound")) == set(changes.rebound) == {
+        "model.weight.grad", "model.bias.grad", "opt.state.model.weight.momentum_buffer",
+        "opt.state.model.bias.momentum_buffer"}
+    text = str(step)
+    assert "\n  update %model.weight = %" in text and '\n  rebound "model.bias.grad" = %' in text
+    assert parse(str(step)) == step
+
+
 def test_autograd_grad_inside_falls_back():
     def step_with_autograd_grad(model, opt, crit):
         def train_step(x, y):
