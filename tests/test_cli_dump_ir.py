@@ -239,7 +239,7 @@ def test_dynamic_kernels_are_written_with_the_batch_size(capsys, monkeypatch, tm
                          "--dynamic"], capsys)
     assert model.returncode == 0, model.stderr
     assert "v_input = inputs[0]  # input %input: f32[B,20]" in model.stdout
-    assert "(((B, 64), 'float32')" in model.stdout and "[4," not in model.stdout
+    assert "((B, 64), 'float32'))" in model.stdout and "[4," not in model.stdout
     step = _in_process(STEP + ["--stage", "kernels", "--dynamic"], capsys)
     assert step.returncode == 0, step.stderr
     assert "# input %labels: i64[B]" in step.stdout and ".reshape((B, 1))" in step.stdout

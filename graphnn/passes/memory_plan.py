@@ -14,13 +14,17 @@ parameter updates from it, and keep values inside a kernel as they like. The pla
 - *External* memory: inputs, parameters, buffers and constants belong to the caller; they are
   never freed, reused or written, except for the in-place updates asked for below and the
   inputs or parameters named in ``donate`` (in-place kernels may overwrite them once they die).
-- *Reuse* (best fit, no splitting): kernels are walked in order; a storage written by a kernel
-  takes the smallest free buffer of at least its size (ties: the oldest buffer), else a new
-  buffer of exactly its size. A storage frees its buffer after its last reading kernel.
+- *Reuse* (exact size): kernels are walked in order; a storage written by a kernel takes the
+  oldest free buffer of exactly its size, else a new buffer. A storage frees its buffer after
+  its last reading kernel. Exact sizes keep the plan's decisions the same at every batch size
+  (a size that depends on the batch never fits a fixed buffer only by chance), and carry over
+  to symbolic sizes, where only equality can be decided.
 - *In place*: a pointwise kernel (every node elementwise) whose result has exactly the type of
   a value it reads that dies in this kernel (every read of that storage in the kernel has this
-  type, in the storage's own element order, and the kernel's iteration shape) writes its
-  result into that value's buffer: each element is read before it is overwritten. The
+  type, in the storage's own element order, and the kernel's iteration shape; no node after
+  the one computing the result reads it, so a backend running the kernel's nodes one by one
+  may do it too) writes its result into that value's buffer: each element is read before it
+  is overwritten. The
   multi-tensor update is checked per tensor (every node reading the storage works over the
   result's size). Never into external memory unless donated.
 - *Parameter updates* (``inplace_updates={output name: parameter or input name}``, e.g. a
@@ -150,8 +154,12 @@ def _overwrite_safe(live: Liveness, step: int, value, storage) -> bool:
                             for r in reads):
         return False
     names = {r.name for r in reads}
-    return all(v.type.numel == value.type.numel for n in kernel.nodes
-               if any(i.name in names for i in n.inputs) for v in n.outputs)
+    readers = [i for i, n in enumerate(kernel.nodes) if any(v.name in names for v in n.inputs)]
+    if value.producer not in kernel.nodes or \
+            max(readers) > kernel.nodes.index(value.producer):
+        return False
+    return all(v.type.numel == value.type.numel for i in readers
+               for v in kernel.nodes[i].outputs)
 
 
 def _inplace_source(live: Liveness, step: int, value, taken: set, donated=()):
@@ -215,13 +223,13 @@ def _updates(live, graph, inplace_updates) -> tuple:
     return {o: p for p, o in accepted.items()}, refused
 
 
-def _take_free(buffers: list, free: list, size: int) -> int:
-    """The smallest free buffer of at least ``size`` bytes (oldest first), else a new one."""
-    fits = [i for i in free if buffers[i].nbytes >= size]
+def _take_free(buffers: list, free: list, size) -> int:
+    """The oldest free buffer of exactly ``size`` bytes, else a new one."""
+    fits = [i for i in free if buffers[i].nbytes == size]
     if not fits:
         buffers.append(Buffer(f"b{len(buffers)}", size))
         return len(buffers) - 1
-    index = min(fits, key=lambda i: (buffers[i].nbytes, i))
+    index = min(fits)
     free.remove(index)
     return index
 

@@ -12,11 +12,12 @@ executes the source in a fresh module namespace and returns its ``kernel``.
 keep across calls). The kernel returns the output structure with arrays in place of values; no
 returned array aliases a scratch buffer that a later call overwrites.
 
-Memory: results written through ``out=`` live in scratch buffers ``b0, b1...`` that the kernel
-allocates once per ``buffers`` dict (under a key derived from the graph text) and reuses across
-nodes (liveness over the node order; an elementwise node overwrites a dying operand of its own
-type in place, so a fused group becomes a chain of in-place ufunc calls) and across calls.
-Graph outputs are always fresh arrays; an output that may view a scratch buffer is copied.
+Statements follow the plan's schedule, kernel by kernel (a comment opens each kernel of more
+than one node). Memory (``memory.Placement``): values crossing kernel boundaries are written
+(``out=``) into the memory plan's buffers, in place where the plan says so; values inside a
+kernel use this backend's scratch arrays. Both are allocated once per ``buffers`` dict (under a
+key derived from the graph text) and reused across calls. Graph outputs are always fresh
+arrays; an output that may view a buffer is copied.
 Nodes that depend on constants only are computed once when the module loads.
 """
 from __future__ import annotations
@@ -34,6 +35,7 @@ from graphnn.ir.dtypes import DType
 
 from .common import is_uniform
 from .lowerings import Lowered, lowering_for
+from .memory import Placement
 from ..source_text import comment_text, identifier_base
 
 
@@ -131,13 +133,13 @@ class _Context:
     """What a lowering may ask for while its node is emitted: module-level bindings, the
     reference call, and an ``out=`` scratch buffer for its result (``out_arg``)."""
 
-    def __init__(self, graph, nodes, kernel_id, writes=None):
+    def __init__(self, graph, nodes, kernel_id, plan=None):
         self.kernel_id = kernel_id
         self.header: list[str] = []  # module-level bindings
         self.bound: set[str] = set()
         self.types: dict[tuple, str] = {}
         self.names = _Names()
-        self.memory = _Memory(graph, nodes, writes or {}, self.names)
+        self.memory = Placement(graph, nodes, plan, self.names)
         self.node_index = -1
 
     def bind(self, name: str, source: str) -> str:
@@ -198,132 +200,6 @@ class _Context:
         return value.name in self.memory.fresh
 
 
-class _Memory:
-    """Scratch buffers reused across nodes (liveness over the node order) and across calls.
-
-    A value written through ``out=`` occupies a buffer; values that may view it (results of
-    view lowerings and of reference calls, which may return views of their operands) keep it
-    alive. A buffer is free again after the last read of every value that may view it; graph
-    outputs never live in a buffer, and an output that may view one is copied on return. A
-    value whose only use is a chain of views ending in one graph output (a weight gradient
-    transposed back) gets a fresh array instead, and that output is returned without a copy
-    when it is C-contiguous (the lowering may compute the base transposed to make it so).
-
-    ``writes`` ({output value: parameter}, the memory plan's accepted in-place updates) asks
-    for an output to be computed straight into its parameter's array (an optimizer step): its
-    ``out=`` names the parameter when no later statement reads the parameter or a value that
-    may view it, and this statement reads it only elementwise as itself; otherwise the output
-    is a fresh array and the caller copies it in."""
-
-    def __init__(self, graph, nodes, writes, names):
-        self.writes, self.names = writes, names
-        self.param_views = {v.name: {v.name} for v in graph.params if v.name in
-                            set(writes.values())}  # value -> written parameters it may view
-        self.last = {}
-        self.readers: dict[str, list] = {}
-        self.position = {id(node): i for i, node in enumerate(nodes)}
-        for i, node in enumerate(nodes):
-            for v in node.inputs:
-                self.last[v.name] = i
-                self.readers.setdefault(v.name, []).append(node)
-            for v in node.outputs:
-                self.last.setdefault(v.name, i)
-        leaves = [v.name for v in graph.output_values()]
-        self.outputs = set(leaves)
-        for name in self.outputs:
-            self.last[name] = len(nodes)
-        self.read = set(self.readers) | self.outputs
-        self.fresh, self.fresh_views = set(), set()  # fresh bases; outputs viewing them
-        for v in graph.output_values():
-            bases = [base.name for base in self._viewed_by(v)] if leaves.count(v.name) == 1 \
-                else []
-            self.fresh.update(bases)
-            if bases:
-                self.fresh_views.add(v.name)
-        self.specs: list[tuple] = []  # buffer index -> (shape, numpy dtype name)
-        self.free: dict[tuple, list[int]] = {}
-        self.alias: dict[str, set] = {}  # value name -> buffers it may view
-        self.holders: dict[int, set] = {}  # buffer -> values that may view it
-        self.direct: dict[str, int] = {}  # value name -> the buffer it was written into
-
-    def _viewed_by(self, value):
-        """The values that ``value`` views through a chain of view ops, each read only by
-        the next."""
-        while value.producer is not None and get_op(value.producer.op).view:
-            value = value.producer.inputs[0]
-            if value.name in self.outputs or len(self.readers.get(value.name, ())) != 1:
-                return
-            yield value
-
-    def used(self, value) -> bool:
-        return value.name in self.read
-
-    def assign(self, step, value, inplace):
-        if value.name in self.writes and self._may_write(step, value, inplace):
-            self.param_views[value.name] = {self.writes[value.name]}
-            return self.names.of[self.writes[value.name]]
-        if value.name in self.outputs or value.name in self.fresh:
-            return None
-        spec = (tuple(value.type.shape), value.type.dtype.np.name)
-        chosen = None
-        if inplace:
-            node = value.producer
-            for v in node.inputs:
-                b = self.direct.get(v.name)
-                if b is not None and self.specs[b] == spec and self.last[v.name] == step \
-                        and self.holders[b] == {v.name} and v.type == value.type:
-                    chosen = b
-                    break
-        if chosen is None:
-            pool = self.free.get(spec)
-            if pool:
-                chosen = pool.pop()
-            else:
-                chosen = len(self.specs)
-                self.specs.append(spec)
-                self.holders[chosen] = set()
-        self.direct[value.name] = chosen
-        self.alias[value.name] = {chosen}
-        self.holders[chosen].add(value.name)
-        return f"b{chosen}"
-
-    def _may_write(self, step, value, inplace) -> bool:
-        """Whether ``value`` (produced at ``step``) may be written into its parameter."""
-        param = self.writes[value.name]
-        for name, params in self.param_views.items():
-            if param not in params or self.last.get(name, -1) < step:
-                continue
-            reads_here = self.last[name] == step and name == param and inplace
-            if not reads_here:
-                return False
-        return True
-
-    def after(self, step, node, viewing: bool):
-        """Record ``node``'s results (``viewing``: they may view its operands' buffers), then
-        release buffers whose last reader was this node."""
-        if viewing:
-            for v in node.outputs:
-                viewed = set().union(*(self.param_views.get(i.name, set())
-                                       for i in node.inputs))
-                if viewed:
-                    self.param_views.setdefault(v.name, set()).update(viewed)
-        for v in node.outputs:
-            if v.name not in self.alias:
-                may = set().union(*(self.alias.get(i.name, set()) for i in node.inputs)) \
-                    if viewing else set()
-                self.alias[v.name] = may
-                for b in may:
-                    self.holders[b].add(v.name)
-        for v in list(node.inputs) + list(node.outputs):
-            if self.last.get(v.name) == step:
-                for b in self.alias.get(v.name, ()):
-                    holders = self.holders[b]
-                    if v.name in holders:
-                        holders.discard(v.name)
-                        if not holders:
-                            self.free.setdefault(self.specs[b], []).append(b)
-
-
 def _constant_nodes(graph) -> set:
     """ids of the nodes that depend on constants only (no input, parameter or random op):
     the generated module computes them once at load time instead of on every call."""
@@ -369,19 +245,16 @@ def _constant(data) -> str:
 def generate(graph: Graph, plan=None, kernel_id: str | None = None) -> str:
     """Python source of a module defining ``kernel(inputs, params, buffers)`` for ``graph``.
 
-    From ``plan`` (a memory plan from ``plan_memory``) the backend takes the accepted in-place
-    updates (new parameter and optimizer-state values written into the parameters' own
-    arrays, where the statement order allows); scratch buffers come from this backend's own
-    liveness-based reuse (``_Memory``): the plan gives no memory to values internal to a fusion
-    group (a Triton kernel keeps them in registers), while NumPy materialises every node's
-    result, so its assignment does not fit this backend.
+    ``plan`` (a memory plan from ``plan_memory``) gives the schedule (statement order and
+    kernels), the buffers of values that cross kernels, the in-place writes and the accepted
+    state updates (written into the state's own arrays where the statement order allows).
+    Without one, every node is its own kernel and every result takes scratch (tests, tools).
 
     ``kernel_id`` names the kernel's entries in ``buffers`` (default: a digest of the graph
     text); a caller giving each kernel its own ``buffers`` dict may pass a fixed one."""
     kernel_id = kernel_id or hashlib.sha1(str(graph).encode()).hexdigest()[:12]
     order = _kernels(graph, plan)
-    ctx = _Context(graph, [node for _, node in order], kernel_id,
-                   plan.updates if plan is not None else None)
+    ctx = _Context(graph, [node for _, node in order], kernel_id, plan)
     names = ctx.names
     body: list[str] = []
     for i, v in enumerate(graph.inputs):
@@ -423,15 +296,9 @@ def generate(graph: Graph, plan=None, kernel_id: str | None = None) -> str:
             ctx.memory.after(*folded, False)
             folded = None
     memory = ctx.memory
-    if memory.specs:
-        specs = ", ".join(f"({literal(shape)}, {dt!r})" for shape, dt in memory.specs)
-        idents = [f"b{i}" for i in range(len(memory.specs))]
-        body[scratch_at:scratch_at] = [
-            f"_scratch = buffers.get({kernel_id!r})",
-            "if _scratch is None:  # first call in this buffers dict: allocate once",
-            f"    _scratch = buffers[{kernel_id!r}] = _rt.allocate(_BUFFERS)",
-            f"{', '.join(idents)}{',' if len(idents) == 1 else ''} = _scratch"]
-        ctx.header.append(f"_BUFFERS = ({specs},)  # scratch buffers b0.. (shape, dtype)")
+    header, allocate = memory.allocation(kernel_id, literal)
+    body[scratch_at:scratch_at] = allocate
+    ctx.header += header
 
     def leaf(v):
         ident = names.of[v.name]

@@ -1,0 +1,218 @@
+"""Where the NumPy backend puts each value: the memory plan's buffers, or its own scratch.
+
+The memory plan (``graphnn.passes.memory_plan``, the one planner) decides the buffers of values
+that cross kernel boundaries, which of them overwrite a dying operand in place, and which state
+updates are written into the state's own array. This module follows it:
+
+- a value the plan puts in arena buffer ``bK`` is written (``out=``) into a typed view of that
+  buffer (``aN``: the buffer's bytes seen as the value's shape and dtype, made once per
+  ``buffers`` dict); where the plan writes it over an operand, the view is the operand's own;
+- values inside a kernel (the plan gives them no memory: a GPU kernel keeps them in registers)
+  go to this backend's scratch arrays ``b0, b1...``, reused by exact shape and dtype after their
+  last read, and overwriting a dying operand of their own type when the lowering is elementwise
+  (a fused kernel becomes a chain of in-place ufunc calls). Without a plan every value is
+  placed this way.
+
+Guards the plan cannot see: results of reference calls and view lowerings may view their
+operands' memory, so each buffer records the values that may view it; a planned buffer still
+viewed by a live value, or an in-place write the lowering cannot do, makes the value take
+scratch instead. Graph outputs never live in a buffer (a later call would overwrite them): they
+are fresh arrays, and an output that may view a buffer is copied on return. A value whose only
+use is a chain of views ending in one graph output (a weight gradient transposed back) is
+fresh too, and that output is returned without a copy when it is C-contiguous.
+
+State updates: an accepted update is computed straight into the parameter's array when no
+later statement reads the parameter or a value that may view it, and this statement reads it
+only elementwise as itself; otherwise it is a fresh array and the caller copies it in.
+"""
+from __future__ import annotations
+
+from graphnn.ir import get_op
+
+
+class Placement:
+    """Buffers of one generated kernel, decided statement by statement in schedule order."""
+
+    def __init__(self, graph, nodes, plan, names):
+        self.names = names
+        self.writes = plan.updates if plan is not None else {}
+        self.param_views = {v.name: {v.name} for v in graph.params
+                            if v.name in set(self.writes.values())}  # value -> params it views
+        self.last, self.readers = {}, {}
+        self.position = {id(node): i for i, node in enumerate(nodes)}
+        for i, node in enumerate(nodes):
+            for v in node.inputs:
+                self.last[v.name] = i
+                self.readers.setdefault(v.name, []).append(node)
+            for v in node.outputs:
+                self.last.setdefault(v.name, i)
+        leaves = [v.name for v in graph.output_values()]
+        self.outputs = set(leaves)
+        for name in self.outputs:
+            self.last[name] = len(nodes)
+        self.read = set(self.readers) | self.outputs
+        self.fresh, self.fresh_views = set(), set()  # fresh bases; outputs viewing them
+        for v in graph.output_values():
+            bases = [b.name for b in self._viewed_by(v)] if leaves.count(v.name) == 1 else []
+            self.fresh.update(bases)
+            if bases:
+                self.fresh_views.add(v.name)
+        self.planned, self.inplace, self.roots = {}, {}, {}
+        if plan is not None:
+            live = plan.liveness
+            self.planned = {name: buf for name, buf in plan.buffer_of.items()
+                            if not buf.startswith("%") and live.step_of.get(name) is not None}
+            self.inplace = plan.inplace
+            self.roots = {name: s.root.name for name, s in live.storage_of.items()}
+        self.specs: list[tuple] = []  # scratch index -> (shape, numpy dtype name)
+        self.free: dict[tuple, list[int]] = {}
+        self.arena: dict[str, int] = {}  # plan buffer name -> its bytes' size
+        self.views: list[tuple] = []  # typed view index -> (plan buffer, shape, dtype name)
+        self.view_of: dict[tuple, int] = {}
+        self.alias: dict[str, set] = {}  # value name -> slots it may view
+        self.holders: dict = {}  # slot (scratch index, or plan buffer name) -> values viewing it
+        self.direct: dict[str, object] = {}  # value name -> the slot it was written into
+        self.sizes = {b.name: b.nbytes for b in plan.buffers} if plan is not None else {}
+
+    def _viewed_by(self, value):
+        """The values that ``value`` views through a chain of view ops, each read only by
+        the next."""
+        while value.producer is not None and get_op(value.producer.op).view:
+            value = value.producer.inputs[0]
+            if value.name in self.outputs or len(self.readers.get(value.name, ())) != 1:
+                return
+            yield value
+
+    def used(self, value) -> bool:
+        return value.name in self.read
+
+    def assign(self, step, value, inplace) -> str | None:
+        """The array ``value`` (produced at ``step``) is written into: a parameter, a typed view
+        of a planned buffer, a scratch array, or None (a fresh array). ``inplace``: the lowering
+        is elementwise over the result's shape, so a dying operand of its type may be
+        overwritten."""
+        if value.name in self.writes and self._may_write(step, value, inplace):
+            self.param_views[value.name] = {self.writes[value.name]}
+            return self.names.of[self.writes[value.name]]
+        if value.name in self.outputs or value.name in self.fresh:
+            return None
+        spec = (tuple(value.type.shape), value.type.dtype.np.name)
+        planned = self.planned.get(value.name)
+        if planned is not None and self._planned_free(step, value, planned, inplace):
+            return self._take(value, planned, self._typed_view(planned, spec))
+        chosen = self._dying_operand(step, value, spec) if inplace else None
+        if chosen is None:
+            pool = self.free.get(spec)
+            if pool:
+                chosen = pool.pop()
+            else:
+                chosen = len(self.specs)
+                self.specs.append(spec)
+                self.holders[chosen] = set()
+        return self._take(value, chosen, f"b{chosen}")
+
+    def _take(self, value, slot, ident) -> str:
+        self.direct[value.name] = slot
+        self.alias[value.name] = {slot}
+        self.holders.setdefault(slot, set()).add(value.name)
+        return ident
+
+    def _planned_free(self, step, value, buf, inplace) -> bool:
+        """Whether planned buffer ``buf`` may take ``value`` now: nothing views it any more,
+        except (when the plan writes ``value`` over an operand and the lowering can) values
+        of that operand's storage that this statement reads for the last time."""
+        holders = self.holders.get(buf, set())
+        if not holders:
+            return True
+        source = self.inplace.get(value.name)
+        if source is None or not inplace:
+            return False
+        root = self.roots.get(source)
+        reads = {v.name for v in value.producer.inputs}
+        return all(h in reads and self.last[h] == step and self.roots.get(h) == root and
+                   self.direct.get(h) == buf for h in holders)
+
+    def _typed_view(self, buf, spec) -> str:
+        key = (buf, spec)
+        if key not in self.view_of:
+            self.arena.setdefault(buf, self.sizes[buf])
+            self.view_of[key] = len(self.views)
+            self.views.append(key)
+        return f"a{self.view_of[key]}"
+
+    def _dying_operand(self, step, value, spec):
+        """A scratch array of ``spec`` that an operand dying here alone occupies."""
+        for v in value.producer.inputs:
+            b = self.direct.get(v.name)
+            if isinstance(b, int) and self.specs[b] == spec and self.last[v.name] == step \
+                    and self.holders[b] == {v.name} and v.type == value.type:
+                return b
+        return None
+
+    def _may_write(self, step, value, inplace) -> bool:
+        """Whether ``value`` (produced at ``step``) may be written into its parameter."""
+        param = self.writes[value.name]
+        for name, params in self.param_views.items():
+            if param not in params or self.last.get(name, -1) < step:
+                continue
+            reads_here = self.last[name] == step and name == param and inplace
+            if not reads_here:
+                return False
+        return True
+
+    def after(self, step, node, viewing: bool):
+        """Record ``node``'s results (``viewing``: they may view its operands' buffers), then
+        release the slots whose last reader was this node (scratch goes back to its pool)."""
+        if viewing:
+            for v in node.outputs:
+                viewed = set().union(*(self.param_views.get(i.name, set())
+                                       for i in node.inputs))
+                if viewed:
+                    self.param_views.setdefault(v.name, set()).update(viewed)
+        for v in node.outputs:
+            if v.name not in self.alias:
+                may = set().union(*(self.alias.get(i.name, set()) for i in node.inputs)) \
+                    if viewing else set()
+                self.alias[v.name] = may
+                for slot in may:
+                    self.holders[slot].add(v.name)
+        for v in list(node.inputs) + list(node.outputs):
+            if self.last.get(v.name) == step:
+                for slot in self.alias.get(v.name, ()):
+                    holders = self.holders[slot]
+                    if v.name in holders:
+                        holders.discard(v.name)
+                        if not holders and isinstance(slot, int):
+                            self.free.setdefault(self.specs[slot], []).append(slot)
+
+    def allocation(self, kernel_id: str, literal) -> tuple:
+        """(header lines, body lines) that allocate the scratch arrays and the planned
+        buffers' typed views once per ``buffers`` dict and bind them as ``b0..`` and
+        ``a0..``; both empty when the kernel needs none."""
+        if not self.specs and not self.views:
+            return [], []
+        header, idents = [], [f"b{i}" for i in range(len(self.specs))]
+        specs = [(shape, dt) for shape, dt in self.specs]
+        order = list(self.arena)  # planned buffers in order of first use
+        specs += [((self.arena[buf],), "uint8") for buf in order]
+        header.append(f"_BUFFERS = ({', '.join(f'({literal(s)}, {d!r})' for s, d in specs)},)"
+                      f"  # scratch b0.. (shape, dtype), then the memory plan's buffers (bytes)")
+        make = "_rt.allocate(_BUFFERS)"
+        if self.views:
+            first = len(self.specs)
+            views = ", ".join(f"({first + order.index(buf)}, ({literal(shape)}, {dt!r}))"
+                              for buf, (shape, dt) in self.views)
+            idents += [f"a{i}" for i in range(len(self.views))]
+            header += [f"_VIEWS = ({views},)  # a0..: (buffer, (shape, dtype)) over the plan's "
+                       f"buffers",
+                       "def _typed(raw):  # each planned buffer's leading bytes seen as a value",
+                       f"    return raw[:{first}] + tuple(raw[i][:np.dtype(dt).itemsize * "
+                       f"int(np.prod(shape))].view(dt).reshape(shape) for i, (shape, dt) in "
+                       f"_VIEWS)"]
+            make = f"_typed({make})"
+        body = [f"_scratch = buffers.get({kernel_id!r})",
+                "if _scratch is None:  # first call in this buffers dict: allocate once",
+                f"    _scratch = buffers[{kernel_id!r}] = {make}",
+                f"{', '.join(idents)}{',' if len(idents) == 1 else ''} = _scratch"]
+        return header, body
+
