@@ -62,15 +62,18 @@ def _is_direct(kh, kw, stride, padding, layout) -> bool:
 
 # ---- columns -------------------------------------------------------------------------------------
 
-def _padded(x, padding, buffers, key):
-    """``x`` inside a zero border of ``padding`` (a scratch array whose border stays zero:
-    only its interior is ever written), or ``x`` itself without padding."""
+def _padded(x, padding, channels_first, buffers, key):
+    """``x`` (N, C, H, W) inside a zero border of ``padding``, as (N, C, Hp, Wp), or with
+    ``channels_first`` as (C, N, Hp, Wp): a scratch array whose border stays zero (only its
+    interior is ever written), or a view of ``x`` itself without padding."""
     ph, pw = padding
-    if not (ph or pw):
-        return x
     n, c, h, wd = x.shape
-    xp = scratch(buffers, key + ".pad", (n, c, h + 2 * ph, wd + 2 * pw), x.dtype, fill=0)
-    xp[:, :, ph:ph + h, pw:pw + wd] = x
+    source = x.transpose(1, 0, 2, 3) if channels_first else x
+    if not (ph or pw):
+        return source
+    shape = source.shape[:2] + (h + 2 * ph, wd + 2 * pw)
+    xp = scratch(buffers, key + (".padT" if channels_first else ".pad"), shape, x.dtype, fill=0)
+    xp[:, :, ph:ph + h, pw:pw + wd] = source
     return xp
 
 
@@ -94,12 +97,11 @@ def _im2col(x, kh, kw, stride, padding, dilation, layout, ones_row, buffers, key
         cols = buffers[name] = np.empty(shape, x.dtype)
         if ones_row:
             (cols[:, -1] if layout == "batched" else cols[-1]).fill(1)
-    xp = _padded(x, padding, buffers, key)
     if layout == "batched":  # blocks[n, c, i, j] <- window (i, j) of image n, channel c
-        blocks, source = cols[:, :k].reshape(n, c, kh, kw, ho, wo), xp
+        blocks = cols[:, :k].reshape(n, c, kh, kw, ho, wo)
     else:  # the same with channels first: blocks[c, n, i, j] (rows (c, i, j) of the columns)
         blocks = cols[:k].reshape(c, kh, kw, n, ho, wo).transpose(0, 3, 1, 2, 4, 5)
-        source = xp.transpose(1, 0, 2, 3)
+    source = _padded(x, padding, layout == "folded", buffers, key)
 
     def fill(lo, hi):  # leading index (image or channel) lo..hi
         for i in range(kh):
