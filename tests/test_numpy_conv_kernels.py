@@ -202,3 +202,22 @@ def test_input_gradient_in_blocks_of_images_equals_torch(xs, ws, stride, padding
     for kind in (np.isnan, np.isposinf, np.isneginf):
         np.testing.assert_array_equal(kind(got), kind(want))
     _close(got[np.isfinite(want)], want[np.isfinite(want)], np.float32)
+
+
+def test_weight_gradient_shares_the_columns_of_the_last_forward_call():
+    """A forward convolution that ran in another layout before (same key, same buffers)
+    leaves columns of that layout behind; the weight gradient reads the ones the last call
+    built, even where both layouts have the same shape (N equal to the rows, K + 1)."""
+    geo = _geo((1, 1), (0, 1), (1, 1), 1)
+    buffers = {}
+    x_old, w, b = _inputs((4, 1, 5, 6), (2, 1, 1, 3), np.float32, 9)
+    conv.conv2d(x_old, w, b, **geo, buffers=buffers, key="f", layout="batched")
+    x, _, _ = _inputs((4, 1, 5, 6), (2, 1, 1, 3), np.float32, 10)
+    y, _, tw = _torch_conv(x, w, b, geo)
+    conv.conv2d(x, w, b, **geo, buffers=buffers, key="f", layout="folded")
+    g = np.random.default_rng(11).standard_normal(tuple(y.shape)).astype(np.float32)
+    y.backward(torch.tensor(g, dtype=torch.float64))
+    assert buffers["f.cols.batched"].shape == buffers["f.cols.folded"].shape
+    dw = conv.conv2d_weight_grad(x, g, weight_shape=w.shape, **geo, buffers=buffers,
+                                 columns="f")
+    _close(dw, tw.grad.numpy(), np.float32)

@@ -117,17 +117,16 @@ def _im2col(x, kh, kw, stride, padding, dilation, layout, ones_row, buffers, key
 def _shared_columns(x, k, pixels, buffers, columns_key):
     """(layout, columns without the ones row) that the forward convolution keyed
     ``columns_key`` built from this ``x`` (``k`` rows, ``pixels`` output positions) earlier
-    in this kernel call, or None when there are none of the right shape."""
-    if columns_key is None:
+    in this kernel call (its ``.built`` record), or None when there are none of that shape."""
+    built = None if columns_key is None else buffers.get(columns_key + ".built")
+    if built is None:
         return None
-    for layout in LAYOUTS:
-        cols = buffers.get(_columns_key(columns_key, layout))
-        if cols is None or cols.dtype != x.dtype or cols.shape[2] != pixels:
-            continue
-        rows, images = (cols.shape[1], cols.shape[0]) if layout == "batched" else cols.shape[:2]
-        if images == x.shape[0] and rows in (k, k + 1):
-            return layout, cols[:, :k] if layout == "batched" else cols[:k]
-    return None
+    layout, cols = built
+    rows, images = (cols.shape[1], cols.shape[0]) if layout == "batched" else cols.shape[:2]
+    if cols.dtype != x.dtype or cols.shape[2] != pixels or images != x.shape[0] or \
+            rows not in (k, k + 1):
+        return None
+    return layout, cols[:, :k] if layout == "batched" else cols[:k]
 
 
 def _gemm_weight(w, bias, groups, fold_bias, buffers, key):
@@ -179,8 +178,10 @@ def conv2d(x, w, bias=None, residual=None, *, stride, padding, dilation, groups,
     og, pixels = o // groups, ho * wo
     if direct:
         cols = x.reshape(n, c, pixels)
+        buffers.pop(key + ".built", None)
     else:
         cols = _im2col(x, kh, kw, stride, padding, dilation, layout, fold_bias, buffers, key)
+        buffers[key + ".built"] = (layout, cols)  # what a weight gradient may share
     if layout == "batched":
         rows = cols.shape[1] // groups
         np.matmul(wg, cols.reshape(n, groups, rows, pixels),
