@@ -182,15 +182,18 @@ def test_an_unknown_layout_is_refused():
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("images", [1, 2])
 @pytest.mark.parametrize("xs, ws, stride, padding, dilation, groups",
                          [g for g in GEOMETRIES if g[2] == (1, 1)], ids=str)
 def test_input_gradient_in_blocks_of_images_equals_torch(xs, ws, stride, padding, dilation,
-                                                         groups, monkeypatch):
+                                                         groups, images, monkeypatch):
     """The folded stride-1 input gradient adds its products a block of images at a time:
-    blocks of one image (and a last, shorter block) give the same result."""
-    monkeypatch.setattr(conv, "COL2IM_BLOCK", 1)
-    geo = _geo(stride, padding, dilation, groups)
+    blocks of one or two of the three images (the last block shorter) give the same result."""
     x, w, b = _inputs((3,) + xs[1:], ws, np.float32, 7)
+    products = x.shape[1] * ws[2] * ws[3] * (x.shape[2] + 2 * padding[0] - dilation[0] *
+                                             (ws[2] - 1)) * (x.shape[3] + 2 * padding[1])
+    monkeypatch.setattr(conv, "COL2IM_BLOCK", images * products * x.itemsize)
+    geo = _geo(stride, padding, dilation, groups)
     y, tx, _ = _torch_conv(x, w, b, geo)
     g = np.random.default_rng(8).standard_normal(tuple(y.shape)).astype(np.float32)
     y.backward(torch.tensor(g, dtype=torch.float64))

@@ -326,7 +326,7 @@ def _wide_input_grad(g, w, padding, dilation, groups, out, buffers, key):
     interior = out.transpose(1, 0, 2, 3)
     for first in range(0, n, block):
         m = min(block, n - first)
-        part = cols[..., :m * span]
+        part = cols.reshape(-1)[:groups * k * m * span].reshape(groups, k, m * span)
         np.matmul(wt, products[..., first * span:(first + m) * span], out=part)
         if not finite:
             part.reshape(groups * k, m, ho, wp)[..., wo:] = 0
