@@ -102,14 +102,15 @@ def test_training_split_gradients_equal_eager_autograd(name, make, inputs):
     params = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     train = stages.training(graphnn.trace(model, *inputs))
     fwd, bwd = verify(train.forward), verify(train.backward)
-    out, saved = interpret(fwd, *arrays, params={v.name: params[v.name] for v in fwd.params})
-    first = _first(out)
+    forward = fwd.unpack(interpret(fwd, *arrays,
+                                   params={v.name: params[v.name] for v in fwd.params}))
+    first = _first(forward["result"])
     upstream = np.random.default_rng(1).standard_normal(first.shape).astype(first.dtype)
-    feeds = {v.name: a for v, a in zip(fwd.outputs[1], saved)}
+    feeds = {v.name: a for v, a in zip(bwd.inputs, forward["saved"])}  # saved come first
     feeds.update({v.name: a for v, a in zip(fwd.inputs, arrays)})
     feeds["grad_output"] = upstream
-    grads = interpret(bwd, *[feeds[v.name] for v in bwd.inputs],
-                      params={v.name: params[v.name] for v in bwd.params})
+    grads = bwd.unpack(interpret(bwd, *[feeds[v.name] for v in bwd.inputs],
+                                 params={v.name: params[v.name] for v in bwd.params}))["grad"]
     eager = _first(model(*inputs))
     eager.backward(graphnn.tensor(upstream) if eager.ndim else None)
     for pname, p in model.named_parameters():

@@ -179,7 +179,8 @@ def test_training_graph_of_multihead_attention_fuses_its_forward():
     out = run_pipeline(joint, disable=["share_attention_probabilities"]).graph
     assert len(_fused(out)) == 1
     assert any("the backward reads" in n for n in out.notes)
-    value, grads = interpret(out, x.numpy())
+    parts = out.unpack(interpret(out, x.numpy()))
+    value, grads = parts["result"], parts["grad"]
     tx = x.detach().requires_grad_()
     eager = m(tx, tx, tx, need_weights=False)[0].sum()
     eager.backward()

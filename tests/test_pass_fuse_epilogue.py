@@ -372,10 +372,15 @@ def _wrt(graph):
     return [v.name for v in graph.inputs + graph.params if v.type.dtype.is_floating_point]
 
 
+def _gradients(graph, inputs, params) -> dict:
+    """The interpreted gradients of ``graph``'s loss (its autodiff's grad outputs)."""
+    joint = verify(autodiff(graph, _wrt(graph)))
+    return joint.unpack(interpret(joint, *inputs, params=params))["grad"]
+
+
 def _assert_same_gradients(unfused, fused, rtol):
     inputs, params = _random(unfused, seed=2)
-    (_, want) = interpret(verify(autodiff(unfused, _wrt(unfused))), *inputs, params=params)
-    (_, got) = interpret(verify(autodiff(fused, _wrt(fused))), *inputs, params=params)
+    want, got = _gradients(unfused, inputs, params), _gradients(fused, inputs, params)
     assert sorted(want) == sorted(got)
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=rtol, atol=rtol,
@@ -409,9 +414,9 @@ def test_fusion_in_the_autodiff_built_graph_preserves_gradients():
     fused = verify(fuse_epilogue(joint))
     assert sum(n.op == "matmul_epilogue" for n in fused.nodes) >= 1
     inputs, params = _random(joint, seed=3)
-    want, got = interpret(joint, *inputs, params=params), interpret(fused, *inputs, params=params)
-    for name in want[1]:
-        np.testing.assert_array_equal(got[1][name], want[1][name])
+    want, got = [g.unpack(interpret(g, *inputs, params=params))["grad"] for g in (joint, fused)]
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
 
 
 @pytest.mark.parametrize("act,recomputed", [("relu", 0), ("gelu", 1)])
@@ -532,8 +537,8 @@ def test_fused_epilogue_keeps_nan_and_inf(name, before, after, notes):
     inputs, params = _special(loss)
     _assert_same_nan(interpret(loss, *inputs, params=params),
                      interpret(fused, *inputs, params=params))
-    unfused_grads = interpret(verify(autodiff(loss, _wrt(loss))), *inputs, params=params)[1]
-    fused_grads = interpret(verify(autodiff(fused, _wrt(fused))), *inputs, params=params)[1]
+    unfused_grads = _gradients(loss, inputs, params)
+    fused_grads = _gradients(fused, inputs, params)
     for name_ in unfused_grads:
         _assert_same_nan(unfused_grads[name_], fused_grads[name_])
 

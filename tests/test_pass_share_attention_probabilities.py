@@ -34,7 +34,9 @@ def _ops(graph):
 
 def _assert_same_values(shared, unshared, args):
     arrays = [a.numpy() for a in args]
-    (value, grads), (want, want_grads) = interpret(shared, *arrays), interpret(unshared, *arrays)
+    ours = shared.unpack(interpret(shared, *arrays))
+    theirs = unshared.unpack(interpret(unshared, *arrays))
+    (value, grads), (want, want_grads) = [(r["result"], r["grad"]) for r in (ours, theirs)]
     np.testing.assert_allclose(value, want, rtol=1e-6, atol=1e-6)
     for name in want_grads:
         np.testing.assert_allclose(grads[name], want_grads[name], rtol=1e-5, atol=1e-6)
@@ -73,11 +75,11 @@ def test_training_partition_saves_the_probabilities_instead_of_recomputing_them(
     assert "softmax" in _ops(train.forward) and "softmax" not in _ops(train.backward)
     assert any(t == "f32[2,2,5,5]" for _, t, _, _ in train.report.saved)
     params = {k: v.detach().numpy() for k, v in block.state_dict().items()}
-    outputs, saved = interpret(train.forward, x.numpy(), params=params)
+    forward = train.forward.unpack(interpret(train.forward, x.numpy(), params=params))
+    outputs, saved = forward["result"], forward["saved"]
     rest = {"x": x.numpy(), "grad_output": np.ones_like(outputs)}  # after the saved values
-    grads = interpret(train.backward, *saved, *[rest[v.name] for v in
-                                                train.backward.inputs[len(saved):]],
-                      params=params)
+    grads = train.backward.unpack(interpret(train.backward, *saved, *[
+        rest[v.name] for v in train.backward.inputs[len(saved):]], params=params))["grad"]
     tx = x.detach().requires_grad_()
     block(tx).sum().backward()
     np.testing.assert_allclose(outputs, block(x).detach().numpy(), rtol=1e-5, atol=1e-6)

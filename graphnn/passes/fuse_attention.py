@@ -26,14 +26,12 @@ class Refused(Exception):
 
 
 def _forward_live(graph: Graph) -> tuple[set, set]:
-    """(names of the forward outputs, names of every value they depend on). For a graph from
-    ``autodiff`` (outputs ``(forward outputs, {name: gradient})``, or a training step's
-    ``(loss, {name: new value}, ...)``) only the first part counts: values read only by the
-    backward are not forward work."""
-    outputs = graph.outputs
-    if isinstance(outputs, tuple) and len(outputs) > 1 and \
-            all(isinstance(x, dict) for x in outputs[1:]):
-        outputs = outputs[0]
+    """(names of the forward outputs, names of every value they depend on). For a graph with
+    outputs of other roles beside its result (``grad`` from ``autodiff``, a training step's
+    ``update`` and ``rebound``) only the result counts: values read only by the backward are
+    not forward work."""
+    roles = graph.output_roles()
+    outputs = roles.get("result") if len(roles) > 1 else graph.outputs
     roots = {v.name for v in flatten_structure(outputs)}
     g = graph.to_networkx()
     sink = object()
