@@ -55,8 +55,8 @@ def _calls_recording_warnings(fn, *args):
 
 
 def _entry(compiled):
-    """The entry (``_Inference``, ``_Training`` or ``StepEntry``) of the last compiled
-    signature (inside its ``_EveryBatch`` when the signature is dynamic)."""
+    """The ``Entry`` of the last compiled signature (inside its ``EveryBatch`` when the
+    signature is dynamic)."""
     entry = compiled._entries[compiled._last]
     return getattr(entry, "inner", entry)
 

@@ -981,6 +981,7 @@ def test_traced_step_marks_its_inputs_and_outputs_by_role():
     """A traced step's gradients are inputs of role grad; after autodiff fills them in, the
     step graph returns the loss, an update per parameter and the rebound ``.grad`` and
     momentum slots, each printed by role and parsed back."""
+    from graphnn.compiler import stages
     from graphnn.compiler import step as compiled_step
     from graphnn.compiler.step_state import StepState
     from graphnn.ir import parse, verify
@@ -1002,7 +1003,7 @@ def test_traced_step_marks_its_inputs_and_outputs_by_role():
     assert [(v.name, v.kind) for v in graph.inputs] == [
         ("x", "input"), ("grad:model.weight", "grad"), ("grad:model.bias", "grad")]
     assert 'grad %"grad:model.weight": f32[2,3]' in str(graph)
-    step = verify(compiled_step.step_graph(graph, traced.backward))
+    step = verify(stages.build(graph, "step", backward=traced.backward).stages["step"].graph)
     assert [v.kind for v in step.inputs] == ["input"]
     assert list(step.output_roles()) == ["result", "update", "rebound"]
     assert set(step.output("update")) == {"model.weight", "model.bias"}

@@ -17,7 +17,10 @@ import graphnn
 from graphnn import nn, optim
 from graphnn.codegen.backend import HOST, Device, numpy_owner
 from graphnn.compiler import PROBE_SIZES
+from graphnn.compiler import stages
 from graphnn.compiler import step as compiled_step
+from graphnn.compiler.entry import Entry
+from graphnn.compiler.random_inputs import lift_random
 from graphnn.compiler.step_state import StepState
 from graphnn.frontend.tensor import Tensor
 from graphnn.ir import Graph, TensorType
@@ -72,24 +75,19 @@ def _copying_backend():
 
 
 def _compiled_step(fn, example, backend):
-    """``fn`` traced and compiled as one whole-step kernel, called through a Launcher as
-    ``StepEntry`` does (random inputs aside): run, write updates, clear and rebind slots."""
+    """``fn`` traced and compiled as one whole-step kernel for ``backend``, run by the
+    compiler's ``Entry`` through a Launcher of its own: run, write updates, clear and rebind
+    slots."""
     step_state = StepState(fn)
     traced, changes = compiled_step.trace_function(fn, (example,), {}, step_state)
-    graph = compiled_step.step_graph(traced.graph, traced.backward)
-    artifact = CompiledArtifact(graph, backend,
-                                plan=compiled_step.plan_with_updates(graph, "step"))
-    launcher = Launcher(backend.device, Tensor._wrap)
+    graph, random = lift_random(traced.graph)
+    stage = stages.build(graph, "step", backend, backward=traced.backward).stages["step"]
+    artifact = CompiledArtifact(stage.graph, backend, plan=stage.plan)
+    entry = Entry({"step": artifact}, Launcher(backend.device, Tensor._wrap), random,
+                  slots=changes)
 
     def call(x):
-        state = {name: t for name, t, _ in step_state.read().bindings}
-        returned = artifact.graph.unpack(launcher.run(artifact, [x._data], state))
-        launcher.write_updates(returned["update"], state)
-        for slot in changes.cleared:
-            slot.set(None)
-        for name, tensor in launcher.rebind(returned["rebound"], state).items():
-            changes.rebound[name].set(tensor)
-        return Tensor._wrap(launcher.to_host(returned["result"]))
+        return entry([x], {name: t for name, t, _ in step_state.read().bindings})
     return call
 
 

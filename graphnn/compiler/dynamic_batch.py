@@ -6,7 +6,8 @@ The first call of a signature whose batch dimension is left open is traced again
 ``EveryBatch`` entry runs the fitted kernels for a batch size once that size's own trace is
 the fitted graph written out for it (checked at its first call, ``_same_program``); a size whose
 graph differs (Python code depending on the size where the probes could not see it) gets a
-kernel of its own. ``DynamicBatch`` is the part of ``CompiledFunction`` that does this.
+kernel of its own. A ``CompiledFunction`` compiled with ``dynamic=True`` holds a
+``DynamicBatch`` that does this, given explicitly what it calls back (see its docstring).
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ import warnings
 
 import numpy as np
 
-from . import step as compiled_step
 from ..frontend.random import get_rng_state, set_rng_state
 from ..frontend.tensor import Tensor
 from ..runtime.dynamic_artifact import fit_dynamic_artifact
@@ -79,25 +79,39 @@ def resized(args, kwargs, tensors, positions, size):
 
 
 class DynamicBatch:
-    """``CompiledFunction``'s dynamic-batch methods; they use its ``_stages``, ``_trace``,
-    ``_artifact_options``, ``_warn_once``, ``_lock``, ``_backend`` and ``name``."""
+    """``dynamic=True`` for one compiled function, which gives it:
 
-    def _same_program(self, entry, args, kwargs, tensors) -> bool:
+    - ``name`` and ``backend``: what compiles (messages, the fitted kernels' backend);
+    - ``lock``: the function's compile lock (a size's first trace runs under it);
+    - ``staged(sig, args, kwargs, tensors)``: a call traced, with ``program`` (its graph's text),
+      ``random``, ``built`` (its ``stages.Built``, built when asked for) and
+      ``make(artifacts, random)`` (the signature's entry around given artifacts);
+    - ``trace_program(args, kwargs)``: the text of the graph a call traces (no passes);
+    - ``options(plan, stage)``: an artifact's cache options; ``warn(key, message)``: a warning
+      given once per key.
+    """
+
+    def __init__(self, name, backend, lock, staged, trace_program, options, warn):
+        self.name, self.backend, self.lock = name, backend, lock
+        self.staged, self.trace_program = staged, trace_program
+        self.options, self.warn = options, warn
+
+    def same_program(self, entry, args, kwargs, tensors) -> bool:
         """Whether this call's batch size may run ``entry`` (an ``EveryBatch``): decided at
         the first call of each size by tracing it (no passes, no code generation; the global
         random state is left as it was) and comparing the graph with the fitted one."""
         size = tensors[entry.carrier]._data.shape[0]
         if size in entry.checked:
             return True
-        with self._lock:
+        with self.lock:
             if size in entry.checked or size in entry.rejected:
                 return size in entry.checked
             rng = get_rng_state()
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    graph, _, _ = self._trace(args, kwargs, [])
-                mismatch = entry.program.mismatch(program_text(graph), size)
+                    program = self.trace_program(args, kwargs)
+                mismatch = entry.program.mismatch(program, size)
             except Exception as error:  # noqa: BLE001
                 mismatch = f"{type(error).__name__}: {error}"
             finally:
@@ -111,7 +125,7 @@ class DynamicBatch:
             entry.checked.add(size)
             return True
 
-    def _every_batch(self, staged, sig, args, kwargs, tensors):
+    def every_batch(self, staged, sig, args, kwargs, tensors):
         """An ``EveryBatch`` entry serving every batch size >= 2, fitted on the call traced
         again at ``PROBE_SIZES`` (the global random state is left as the call's own trace left
         it; warnings of the probe traces are not shown again); its ``checked`` is empty when
@@ -124,22 +138,22 @@ class DynamicBatch:
         try:
             with warnings.catch_warnings():  # the call's own trace has shown them
                 warnings.simplefilter("ignore")
-                probes = [self._stages(sig, *resized(args, kwargs, tensors, carriers, probe))
+                probes = [self.staged(sig, *resized(args, kwargs, tensors, carriers, probe))
                           for probe in PROBE_SIZES]
             program = ShapeTemplate.fit([p.program for p in probes], PROBE_SIZES,
                                         "the traced graph")
             artifacts = {}
-            for stage in probes[0].graphs:
-                graphs = [p.graphs[stage] for p in probes]
-                plans = [compiled_step.plan_with_updates(g, stage) for g in graphs]
+            for stage in probes[0].built.stages:
+                built = [p.built.stages[stage] for p in probes]
+                plans = [b.plan for b in built]
                 artifacts[stage] = fit_dynamic_artifact(
-                    graphs, plans, PROBE_SIZES, self._backend,
-                    [self._artifact_options(p, stage) for p in plans], self.name)
+                    [b.graph for b in built], plans, PROBE_SIZES, self.backend,
+                    [self.options(p, stage) for p in plans], self.name)
             random = probes[0].random.with_batch([p.random for p in probes], PROBE_SIZES,
                                                  carriers[0])
         except Exception as error:  # noqa: BLE001
-            staged.graphs  # the call's own compile failing is not about batch sizes: raise it
-            self._warn_once(("dynamic", str(error)),
+            staged.built  # the call's own compile failing is not about batch sizes: raise it
+            self.warn(("dynamic", str(error)),
                             f"graphnn: {self.name}: dynamic=True: no kernel for every batch "
                             f"size ({type(error).__name__}: {error}); compiling for input "
                             f"{carriers[0]} shape {shape_text(tensors[carriers[0]].shape)} "

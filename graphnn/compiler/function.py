@@ -3,12 +3,14 @@
 ``compile(fn_or_module, backend="numpy", passes=None, disable=None, dynamic=False,
 recompile_limit=8)`` returns a ``CompiledFunction``. Its first call for a signature (see
 ``runtime.guards``: tensor shapes, dtypes and requires_grad, the non-tensor arguments, the
-parameters' types, train/eval mode and grad mode) traces the forward, optimizes the graph
-(``stages``), plans memory, and loads a kernel through the caches; later calls with that
-signature run the kernel directly and return graphnn Tensors. Parameters are read from the
-module at every call, so optimizer steps are seen. With ``dynamic=True`` the batch dimension is
-left out of the signature and each stage's kernel is fitted over the call traced at
-``PROBE_SIZES`` (``runtime.dynamic_artifact``), so one entry serves every batch size >= 2.
+parameters' types, train/eval mode and grad mode) traces the forward, builds its stage graphs,
+schedules and memory plans for the backend (``stages.build``), and loads a kernel per stage
+through the caches; the signature's ``entry.Entry`` runs them through the backend's launcher
+(state stays on its device between calls) and returns graphnn Tensors. Parameters are read
+from the module at every call, so optimizer steps are seen. With ``dynamic=True`` the batch
+dimension is left out of the signature and the function's ``dynamic_batch.DynamicBatch`` fits
+each stage's kernel over the call traced at ``PROBE_SIZES`` (``runtime.dynamic_artifact``), so
+one entry serves every batch size >= 2.
 
 Training: with grad mode on and a parameter or input requiring grad, the traced forward is
 differentiated (autodiff with respect to those), the joint graph optimized and partitioned;
@@ -19,7 +21,7 @@ fills ``.grad`` as eager autograd does.
 State written in place (batch norm's running statistics in training) is written back after
 each call. A plain function is traced with the state of the modules and optimizers it reaches
 (``step_state``); when it calls ``loss.backward()`` or rebinds ``.grad`` or optimizer state,
-the whole function becomes one kernel (``compiled_step``): a compiled training step.
+the whole function becomes one kernel (``step``): a compiled training step.
 
 Falls back to eager, with a warning that says why, when: compiling fails (trace refused, an op
 without a lowering...), the signature count passes ``recompile_limit``, a module has hooks
@@ -43,10 +45,12 @@ from dataclasses import dataclass, replace
 
 from . import stages
 from . import step as compiled_step
-from .random_inputs import RandomInputs, has_seeded_ops, lift_random
-from .results import result_template, to_tensors
-from .training import TrainingEntry, training_graphs, vjp_training_graphs
 from .dynamic_batch import PROBE_SIZES, DynamicBatch, EveryBatch, program_text
+from .entry import Entry
+from .random_inputs import RandomInputs, has_seeded_ops, lift_random
+from .results import result_template
+from .step_state import StepState
+from .training import TapeBackward
 from ..frontend import trace_state
 from ..frontend.grad_mode import is_grad_enabled
 from ..frontend.tensor import Tensor
@@ -57,7 +61,7 @@ from ..nn.module import Module
 from ..runtime.artifact import CompiledArtifact
 from ..runtime.backends import get_backend
 from ..runtime.guards import Signature, describe_change, spec_of, with_dynamic_batch
-from .step_state import StepState
+from ..runtime.launcher import launcher_for
 
 log = logging.getLogger("graphnn")
 
@@ -71,26 +75,25 @@ class CompileWarning(UserWarning):
 _EAGER = "eager"  # a signature entry that runs the eager forward
 _STATIC = "static"  # a dynamic signature entry: compile per batch size instead
 @dataclass
-class _Stages:
-    """A traced call: its lifted random inputs, the traced graph's text, and (optimized at
-    first use: a dynamic signature may need only the probes' ones) the graph of each kernel by
-    stage (``inference``; ``forward`` and ``backward``; or ``step``) with
+class _Staged:
+    """A traced call: its lifted random inputs, the traced graph's text, and (built at first
+    use: a dynamic signature may need only the probes' ones) its ``stages.Built`` with
     ``make(artifacts, random)``, which builds the signature's entry around their kernels."""
 
     random: RandomInputs
     program: str  # the traced graph's text, before any pass
-    optimize: object  # () -> (graphs by stage, make)
+    build: object  # () -> (stages.Built, make)
 
     @functools.cached_property
-    def _optimized(self):
-        return self.optimize()
+    def _built(self):
+        return self.build()
 
     @property
-    def graphs(self) -> dict:
-        return self._optimized[0]
+    def built(self):
+        return self._built[0]
 
     def make(self, artifacts, random):
-        return self._optimized[1](artifacts, random)
+        return self._built[1](artifacts, random)
 
 
 class _Ran:
@@ -167,25 +170,9 @@ def _recording(fn, holder):
     return functools.wraps(fn)(record)
 
 
-# ---- one signature's compiled code --------------------------------------------------------------
-
-class _Inference:
-    template = None  # the eager result's containers (see compiled_results)
-
-    def __init__(self, artifact, random):
-        self.artifact, self.random = artifact, random
-
-    def __call__(self, tensors, state):
-        params = {n: state[n]._data for n in self.artifact.param_names}
-        returned = self.artifact.graph.unpack(self.artifact.run(
-            [t._data for t in tensors] + self.random.draw(tensors), params))
-        compiled_step.write_back(returned["update"], state)
-        return to_tensors(returned["result"], self.template)
-
-
 # ---- the compiled callable ----------------------------------------------------------------------
 
-class CompiledFunction(DynamicBatch):
+class CompiledFunction:
     def __init__(self, fn, module=None, *, eager=None, backend="numpy", passes=None,
                  disable=None, dynamic=False, recompile_limit=8, root_hooks_fall_back=False):
         self._fn = fn  # traced; also the eager forward
@@ -193,6 +180,7 @@ class CompiledFunction(DynamicBatch):
         self._module = module
         self._backend_name = backend
         self._backend = get_backend(backend)
+        self._launcher = launcher_for(self._backend, Tensor._wrap)
         self._passes, self._disable = passes, disable
         self._options = f"backend={backend};passes={passes};disable={disable}"
         self.dynamic = dynamic
@@ -205,13 +193,23 @@ class CompiledFunction(DynamicBatch):
             self._signature = None
         self.name = type(module).__name__ if module is not None else getattr(
             fn, "__name__", "function")
-        self._entries = {}  # Signature -> _Inference | TrainingEntry | StepEntry | EveryBatch
-        # | _EAGER | _STATIC
+        self._entries = {}  # Signature -> Entry | EveryBatch | _EAGER | _STATIC
         self._last = None
         self._lock = threading.RLock()
+        self._dynamic = self._dynamic_batch()
         self._warned = set()
         self.recompile_reasons = []
         self.compiles = 0
+
+    def _dynamic_batch(self):
+        """The ``dynamic=True`` part (None without it), given what it calls explicitly."""
+        if not self.dynamic:
+            return None
+
+        def trace_program(args, kwargs):
+            return program_text(self._trace(args, kwargs, [])[0])
+        return DynamicBatch(self.name, self._backend, self._lock, self._staged, trace_program,
+                            self._artifact_options, self._warn_once)
 
     # state ----------------------------------------------------------------------------------
     def _hooks_reason(self, call):
@@ -249,7 +247,7 @@ class CompiledFunction(DynamicBatch):
                         training, is_grad_enabled(), call.key)
         entry = self._entries.get(sig)
         if entry is _STATIC or (isinstance(entry, EveryBatch) and
-                                not self._same_program(entry, args, kwargs, tensors)):
+                                not self._dynamic.same_program(entry, args, kwargs, tensors)):
             sig = replace(sig, inputs=inputs)  # this batch size gets a kernel of its own
             entry = self._entries.get(sig)
         if entry is None:
@@ -276,15 +274,16 @@ class CompiledFunction(DynamicBatch):
             log.info(message)
             self.recompile_reasons.append(message)
         try:
-            staged = self._stages(sig, args, kwargs, tensors)
-            entry = self._every_batch(staged, sig, args, kwargs, tensors) \
+            staged = self._staged(sig, args, kwargs, tensors)
+            entry = self._dynamic.every_batch(staged, sig, args, kwargs, tensors) \
                 if sig.dynamic else None
             if entry is None or not entry.checked:  # this call's batch size: its own kernel
                 if sig.dynamic:
                     self._entries[sig] = _STATIC if entry is None else entry
                     sig = replace(sig, inputs=tuple(spec_of(t) for t in tensors))
-                entry = staged.make({stage: self._artifact(g, stage)
-                                     for stage, g in staged.graphs.items()}, staged.random)
+                entry = staged.make({name: self._artifact(stage, name)
+                                     for name, stage in staged.built.stages.items()},
+                                    staged.random)
             self.compiles += 1
         except Exception as error:  # noqa: BLE001
             self._last = sig
@@ -320,62 +319,53 @@ class CompiledFunction(DynamicBatch):
                                "dropout); compiled code does not draw fresh seeds for it yet")
         return graph, random, step
 
-    def _stages(self, sig, args, kwargs, tensors) -> _Stages:
-        """Trace the call; the passes run when its graphs are first asked for."""
+    def _staged(self, sig, args, kwargs, tensors) -> _Staged:
+        """Trace the call; its stages are built when first asked for."""
         holder = []
         graph, random, step = self._trace(args, kwargs, holder)
+        options = (self._backend, self._passes, self._disable)
+        launcher, name = self._launcher, self.name
 
-        def optimize():
-            wrt_params, wrt_inputs = (_differentiated(sig, graph, tensors)
-                                      if step is None and sig.needs_grad else ([], []))
+        def build():
             if step is not None:
                 backward, changes = step
-                graphs = {"step": compiled_step.step_graph(graph, backward, self._passes,
-                                                           self._disable)}
+                built = stages.build(graph, "step", *options, backward=backward)
 
                 def make(artifacts, random_):
-                    return compiled_step.StepEntry(artifacts["step"], random_, changes,
-                                                   to_tensors)
-            elif not (wrt_params or wrt_inputs):  # eager gives the result no grad_fn
-                graphs = {"inference": stages.optimized(graph, self._passes,
-                                                        self._disable).graph}
-
-                def make(artifacts, random_):
-                    return _Inference(artifacts["inference"], random_)
+                    return Entry(artifacts, launcher, random_, slots=changes)
             else:
-                graphs, make = self._training_stages(graph, wrt_params, wrt_inputs)
+                wrt_params, wrt_inputs = (_differentiated(sig, graph, tensors)
+                                          if sig.needs_grad else ([], []))
+                if not (wrt_params or wrt_inputs):  # eager gives the result no grad_fn
+                    built = stages.build(graph, "inference", *options)
+
+                    def make(artifacts, random_):
+                        return Entry(artifacts, launcher, random_)
+                else:
+                    built = stages.build(graph, "training", *options,
+                                         wrt=wrt_params + [n for n, _ in wrt_inputs])
+
+                    def make(artifacts, random_):
+                        tape = TapeBackward(artifacts["forward"], artifacts["backward"],
+                                            launcher, wrt_params, wrt_inputs, built.targets,
+                                            name)
+                        return Entry(artifacts, launcher, random_, tape=tape)
 
             def make_with_template(artifacts, random_):
                 entry = make(artifacts, random_)
                 entry.template = holder[0] if holder else None
                 return entry
-            return graphs, make_with_template
-        return _Stages(random, program_text(graph), optimize)
+            return built, make_with_template
+        return _Staged(random, program_text(graph), build)
 
     def _artifact_options(self, plan, stage) -> str:
         writes = sorted(plan.updates.items()) if plan is not None else []
         return f"{self._options};stage={stage};writes={writes}"
 
-    def _artifact(self, graph, stage):
-        plan = compiled_step.plan_with_updates(graph, stage)
-        return CompiledArtifact(graph, self._backend, plan=plan, name=self.name,
-                                options=self._artifact_options(plan, stage))
-
-    def _training_stages(self, graph, wrt_params, wrt_inputs):
-        """The forward and backward graphs of a compiled training forward, and its entry."""
-        flat = flatten_structure(graph.output("result"))
-        floating = [v for v in flat if v is not None and v.type.dtype.is_floating_point]
-        wrt = wrt_params + [n for n, _ in wrt_inputs]
-        if len(floating) == 1 and flat[0] is floating[0]:  # stages.training's shape
-            _, fwd, bwd = training_graphs(graph, wrt, self._passes, self._disable)
-            targets = [0]
-        else:
-            fwd, bwd, targets = vjp_training_graphs(graph, wrt, self._passes, self._disable)
-
-        def make(artifacts, random):
-            return TrainingEntry(artifacts["forward"], artifacts["backward"], wrt_params,
-                                 wrt_inputs, targets, self.name, random)
-        return {"forward": fwd, "backward": bwd}, make
+    def _artifact(self, stage, name):
+        """The artifact of one ``stages.Stage`` (``name``: inference, forward, backward, step)."""
+        return CompiledArtifact(stage.graph, self._backend, plan=stage.plan, name=self.name,
+                                options=self._artifact_options(stage.plan, name))
 
     def __deepcopy__(self, memo):
         """A copy bound to the copied module (compiled again at its first call)."""
@@ -387,6 +377,7 @@ class CompiledFunction(DynamicBatch):
         new._step_state = (StepState(new._fn) if new._module is None
                            else StepState.of_module(new._module))
         new._entries, new._last, new._lock = {}, None, threading.RLock()
+        new._dynamic = new._dynamic_batch()
         new._warned, new.recompile_reasons, new.compiles = set(), [], 0
         return new
 
@@ -396,11 +387,7 @@ class CompiledFunction(DynamicBatch):
         entry = self._entries.get(self._last)
         if entry is None or entry is _EAGER:
             return {}
-        entry = getattr(entry, "inner", entry)  # a dynamic signature's kernels
-        if isinstance(entry, TrainingEntry):
-            return {"forward": entry.forward.source, "backward": entry.backward.source}
-        return {"step" if isinstance(entry, compiled_step.StepEntry) else "inference":
-                entry.artifact.source}
+        return getattr(entry, "inner", entry).sources()  # a dynamic signature's: its inner
 
     def __repr__(self):
         return f"<graphnn compiled {self.name}: {len(self._entries)} signatures>"

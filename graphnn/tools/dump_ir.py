@@ -17,15 +17,13 @@ from .. import GraphnnError
 from ..compiler import stages
 from ..compiler.function import CompileWarning
 from ..compiler.function import compile as compile_fn
-from ..compiler.step import plan_with_updates, step_graph
-from ..codegen.numpy import backend as numpy_backend
 from .inputs import ALLOCATION_LIMIT, allocated
 from .target import add_target_arguments, pass_names, run_command, traced_target
 from .usage import UsageError
+from ..runtime.backends import get_backend
 from ..frontend.grad_mode import no_grad
 from ..ir import Graph
 from ..passes.pipeline import PIPELINE
-from ..passes.schedule import build_schedule
 
 FORMATS = {"text": str, "json": Graph.to_json, "dot": Graph.to_dot}
 STAGES = ("traced", "optimized", "backward", "schedule", "kernels")
@@ -104,19 +102,24 @@ def _step_text(graph: Graph, step, args) -> str:
         raise UsageError("the target is a training step (it calls backward() or writes state): "
                          "its backward is part of --stage optimized, which takes no --after or "
                          "--diff")
-    if stage != "traced":
-        graph = step_graph(graph, step.backward, pass_names(args.passes),
-                           pass_names(args.disable))
-    elif args.passes or args.disable:
-        raise UsageError("--passes and --disable need --stage optimized or kernels")
+    if stage == "traced":
+        if args.passes or args.disable:
+            raise UsageError("--passes and --disable need --stage optimized or kernels")
+        return FORMATS[args.format](graph)
+    built = stages.build(graph, "step", None, pass_names(args.passes), pass_names(args.disable),
+                         backward=step.backward)
     if stage in ("kernels", "schedule"):
         if args.format != "text":
             raise UsageError(f"--stage {stage} prints text: it takes no --format")
-        plan = plan_with_updates(graph, "step")
-        if stage == "schedule":
-            return str(plan.schedule if plan is not None else build_schedule(graph))
-        return numpy_backend.generate(graph, plan)
-    return FORMATS[args.format](graph)
+        return _stage_text(built.stages["step"], stage)
+    return FORMATS[args.format](built.stages["step"].graph)
+
+
+def _stage_text(stage, what: str) -> str:
+    """A compiled stage's schedule, or the NumPy source generated for it."""
+    if what == "schedule":
+        return str(stage.schedule)
+    return get_backend("numpy").generate(stage.graph, stage.plan)
 
 
 def _staged_text(graph: Graph, args) -> str:
@@ -131,15 +134,13 @@ def _staged_text(graph: Graph, args) -> str:
         if args.after or args.diff or args.format != "text":
             raise UsageError(f"--stage {stage} prints text: it takes no --after, --diff or "
                              "--format")
-        optimized = stages.optimized(graph, passes, disable).graph
-        if stage == "schedule":
-            return str(build_schedule(optimized))
-        return numpy_backend.generate(optimized)
+        built = stages.build(graph, "inference", None, passes, disable)
+        return _stage_text(built.stages["inference"], stage)
     if stage == "optimized":
-        result = stages.optimized(graph, passes, disable)
+        result = stages.build(graph, "inference", None, passes, disable).optimized
         final = result.graph
     else:
-        train = stages.training(graph, passes, disable)
+        train = stages.build(graph, "training", None, passes, disable)
         result, final = train.joint, train.backward
     records = result.records
     if args.after:

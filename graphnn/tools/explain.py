@@ -1,7 +1,8 @@
 """``graphnn.explain(model, *inputs)``: what the compiler did with a model, per Module.
 
 The report gathers what the passes recorded (fusions made, fusions refused and why, attention
-near-misses), the fused kernels of the schedule, the training graph's saved-versus-recomputed
+near-misses), the fused kernels of the schedule (all as ``compiler.stages.build`` makes them
+for the NumPy backend), the training graph's saved-versus-recomputed
 decision and the memory plans' peak bytes.
 """
 from __future__ import annotations
@@ -14,7 +15,6 @@ from ..frontend.tracer import trace
 from ..ir.graph import Graph
 from ..ir.schedule import Schedule
 from ..passes.fuse_elementwise import op_and_scope
-from ..passes.memory_plan import plan_memory
 
 _PATH = re.compile(r'@("(?:[^"\\]|\\.)*"|\S+)')
 
@@ -61,21 +61,22 @@ def explain(model, *inputs, passes=None, disable=None, training: bool = True) ->
     """Trace ``model`` on ``inputs``, run the pipeline (and, with ``training``, autodiff and the
     forward/backward partition) and report the decisions; the model is not changed."""
     graph = trace(model, *inputs)
-    result = stages.optimized(graph, passes, disable)
-    plan = plan_memory(result.graph)
-    report = Explanation(result.graph, list(result.graph.notes), describe_kernels(plan.schedule))
-    memory = [f"forward: {_peak_line(plan)}"]
-    if training and stages.differentiable_names(result.graph):
-        train = stages.training(graph, passes, disable)
+    stage = stages.build(graph, "inference", None, passes, disable).stages["inference"]
+    report = Explanation(stage.graph, list(stage.graph.notes), describe_kernels(stage.schedule))
+    memory = [f"forward: {_peak_line(stage.plan)}"]
+    if training and stages.differentiable_names(stage.graph):
+        train = stages.build(graph, "training", None, passes, disable)
         report.notes += [n for n in train.joint.graph.notes if n not in report.notes]
         report.training = str(train.report)
-        memory.append(f"training forward: {_peak_line(plan_memory(train.forward))}")
-        memory.append(f"training backward: {_peak_line(plan_memory(train.backward))}")
+        for name in ("forward", "backward"):
+            memory.append(f"training {name}: {_peak_line(train.stages[name].plan)}")
     report.memory = "\n".join(memory)
     return report
 
 
 def _peak_line(plan) -> str:
+    if plan is None:
+        return "no memory plan"
     return f"peak {plan.peak_before} bytes unplanned, {plan.peak_after} bytes planned"
 
 

@@ -1,0 +1,57 @@
+"""One signature's compiled code: every kind of kernel run one way, through the launcher.
+
+An ``Entry`` holds the signature's artifacts by stage (``inference``; ``forward`` and
+``backward``; or ``step``: see ``stages``) and runs its first kernel (the one that takes the
+call's tensors) through the ``Launcher`` of its backend's device, so parameters, buffers and
+optimizer state stay resident there between calls. What happens to the kernel's outputs is
+decided by their role in the graph, never by position:
+
+- ``update``: written into the state tensors' device copies (``Launcher.write_updates``), each
+  version counter moved as an eager in-place write moves it;
+- ``rebound``: new tensors (``Launcher.rebind``: none shares memory with state or another)
+  stored in the Python slots the traced step rebound (``slots``), and the slots it cleared set
+  to None;
+- ``result``: brought to the host as tensors in the eager result's containers (``template``);
+- ``saved``: kept on the device for the backward kernel, which ``tape`` (a
+  ``training.TapeBackward``) puts on the eager tape with the differentiated results.
+"""
+from __future__ import annotations
+
+from .results import to_tensors
+
+FIRST_STAGES = ("step", "inference", "forward")  # the stage that takes the call's tensors
+
+
+class Entry:
+    """A compiled signature (see the module docstring). ``random`` draws the lifted random
+    inputs per call; ``slots`` (a ``step.SlotChanges``) and ``tape`` are None unless the
+    signature is a whole step or a training forward. ``artifact`` is the kernel that takes the
+    call's tensors (``FIRST_STAGES``)."""
+
+    template = None  # the eager result's containers (set by the compiler)
+
+    def __init__(self, artifacts: dict, launcher, random, slots=None, tape=None):
+        self.artifacts = artifacts
+        self.artifact = next(artifacts[s] for s in FIRST_STAGES if s in artifacts)
+        self.launcher, self.random, self.slots, self.tape = launcher, random, slots, tape
+
+    def __call__(self, tensors, state):
+        launcher, first = self.launcher, self.artifact
+        host_inputs = [t._data for t in tensors] + self.random.draw(tensors)
+        first.check(host_inputs)
+        arrays = [launcher.upload(a) for a in host_inputs]
+        returned = first.graph.unpack(launcher.launch(first, arrays, state))
+        launcher.write_updates(returned["update"], state)
+        if self.slots is not None:
+            for slot in self.slots.cleared:
+                slot.set(None)
+            for name, tensor in launcher.rebind(returned["rebound"], state).items():
+                self.slots.rebound[name].set(tensor)
+        result = to_tensors(launcher.to_host(returned["result"]), self.template)
+        if self.tape is not None:
+            self.tape.attach(result, tensors, state, arrays, returned["saved"])
+        return result
+
+    def sources(self) -> dict:
+        """The generated source of each stage's kernel."""
+        return {stage: artifact.source for stage, artifact in self.artifacts.items()}
