@@ -224,3 +224,27 @@ def test_weight_gradient_shares_the_columns_of_the_last_forward_call():
     dw = conv.conv2d_weight_grad(x, g, weight_shape=w.shape, **geo, buffers=buffers,
                                  columns="f")
     _close(dw, tw.grad.numpy(), np.float32)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("xs, ws, stride, padding, dilation, groups",
+                         [GEOMETRIES[0], GEOMETRIES[5], GEOMETRIES[6]], ids=str)
+def test_kernels_split_over_threads_equal_torch(xs, ws, stride, padding, dilation, groups,
+                                                layout, monkeypatch):
+    """With GRAPHNN_NUMPY_THREADS > 1 the copies and col2im adds run in parts on the pool
+    (forced here down to one row per part)."""
+    from graphnn.codegen.numpy import parallel
+    monkeypatch.setattr(parallel, "THREADS", 2)
+    monkeypatch.setattr(parallel, "MIN_PART", 1)
+    geo = _geo(stride, padding, dilation, groups)
+    x, w, b = _inputs((3,) + xs[1:], ws, np.float32, 12)
+    y, tx, tw = _torch_conv(x, w, b, geo)
+    g = np.random.default_rng(13).standard_normal(tuple(y.shape)).astype(np.float32)
+    y.backward(torch.tensor(g, dtype=torch.float64))
+    buffers = {}
+    _close(conv.conv2d(x, w, b, **geo, activation="relu", buffers=buffers, key="f",
+                       layout=layout), np.maximum(y.detach().numpy(), 0), np.float32)
+    _close(conv.conv2d_input_grad(g, w, input_shape=x.shape, **geo, layout=layout),
+           tx.grad.numpy(), np.float32)
+    _close(conv.conv2d_weight_grad(x, g, weight_shape=ws, **geo, buffers=buffers, columns="f",
+                                   layout=layout), tw.grad.numpy(), np.float32)
