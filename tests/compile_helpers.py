@@ -29,6 +29,12 @@ def isolated_cache(tmp_path, monkeypatch):
     cache.clear_memory()
 
 
+def load_numpy_kernel(source: str):
+    """The ``kernel`` of NumPy-generated ``source``, imported from a file the way the runtime
+    loads every kernel (``cache.kernel_from_source``; never ``exec`` of a string)."""
+    return cache.kernel_from_source(source, backends.get_backend("numpy"))
+
+
 def run_in_threads(work, args) -> None:
     """``work(arg)`` on one thread per arg, all started together (a barrier), joined; re-raises
     the first error any of them met."""

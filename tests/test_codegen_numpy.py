@@ -10,14 +10,14 @@ import pytest
 
 import graphnn
 from graphnn.compiler import stages
-from graphnn.codegen.numpy.backend import BACKEND_VERSION, generate, load
+from graphnn.codegen.numpy.backend import BACKEND_VERSION, generate
 from graphnn.codegen.numpy.lowerings import GEMM_OPS, lowering_for
 from graphnn.ir import REGISTRY, Graph, TensorType, interpret, parse, verify
 from graphnn.ir.dtypes import from_numpy_dtype
 from graphnn.ir.graph import flatten_structure
 
 import ir_samples
-from compile_helpers import run_in_threads
+from compile_helpers import load_numpy_kernel, run_in_threads
 from fusion_golden import GOLDEN
 from op_db import OP_DB
 from test_model_zoo_compiler import CASES
@@ -51,7 +51,7 @@ def run_both(graph, inputs, params=None, calls=2):
     exactly, or within 1e-5 relative where the graph has a GEMM-based lowering."""
     rtol = 1e-5 if any(n.op in GEMM_OPS for n in graph.nodes) else 0.0
     params = params or {}
-    kernel = load(generate(graph))
+    kernel = load_numpy_kernel(generate(graph))
     expected = interpret(graph, *inputs, params=params)
     buffers = {}
     results = [kernel(list(inputs), params, buffers) for _ in range(calls)]
@@ -166,14 +166,14 @@ def test_source_is_readable():
 
 def test_load_gives_fresh_namespaces():
     source = generate(ir_samples.conv_relu_pool())
-    assert load(source) is not load(source)
+    assert load_numpy_kernel(source) is not load_numpy_kernel(source)
 
 
 def test_outputs_have_ir_types_for_zero_dim_results():
     g = Graph("scalar")
     x = g.add_input("x", TensorType((), from_numpy_dtype(np.dtype(np.float32))))
     g.outputs = g.call("add", x, x)
-    out = load(generate(g))([np.array(1.5, np.float32)], {}, {})
+    out = load_numpy_kernel(generate(g))([np.array(1.5, np.float32)], {}, {})
     assert isinstance(out, np.ndarray) and out.shape == () and out.dtype == np.float32
     assert all(v.name for v in flatten_structure(g.outputs))
 
@@ -221,7 +221,7 @@ def _other_inputs(inputs):
 @pytest.mark.parametrize("name", ["cnn", "encoder", "lm"])
 def test_results_survive_later_calls(name):
     graph, inputs, params = _optimized_case(name)
-    kernel, buffers = load(generate(graph)), {}
+    kernel, buffers = load_numpy_kernel(generate(graph)), {}
     first = kernel(inputs, params, buffers)
     expected = interpret(graph, *inputs, params=params)
     kernel(_other_inputs(inputs), params, buffers)  # reuses every scratch buffer
@@ -234,7 +234,8 @@ def test_kernels_sharing_one_buffers_dict():
     arrays = [t.numpy() for t in inputs]
     train = stages.training(graphnn.trace(model, *inputs))
     fwd, bwd = train.forward, train.backward
-    fwd_k, bwd_k, shared = load(generate(fwd)), load(generate(bwd)), {}
+    fwd_k, bwd_k = load_numpy_kernel(generate(fwd)), load_numpy_kernel(generate(bwd))
+    shared = {}
     for _ in range(2):
         parts = fwd.unpack(fwd_k(arrays, _params(model, fwd), shared))
         bwd_in = _backward_inputs(fwd, bwd, arrays, parts, np.ones_like)
@@ -244,7 +245,7 @@ def test_kernels_sharing_one_buffers_dict():
 
 def test_threads_with_their_own_buffers_get_correct_results():
     graph, inputs, params = _optimized_case("cnn")
-    kernel = load(generate(graph))
+    kernel = load_numpy_kernel(generate(graph))
     cases = [inputs, _other_inputs(inputs)]
     expected = [interpret(graph, *c, params=params) for c in cases]
 
@@ -265,7 +266,7 @@ def test_constant_subgraphs_are_computed_at_load():
 def test_generate_accepts_a_memory_plan():
     from graphnn.passes.memory_plan import plan_memory
     graph, inputs, params = _optimized_case("encoder")
-    kernel = load(generate(graph, plan=plan_memory(graph)))
+    kernel = load_numpy_kernel(generate(graph, plan=plan_memory(graph)))
     assert_same(kernel(inputs, params, {}), interpret(graph, *inputs, params=params), "plan",
                 rtol=1e-5)
 
@@ -286,7 +287,7 @@ def test_views_keep_their_buffer_alive():
     source = generate(g)
     assert "np.negative(v3, out=b1)" in source
     run_both(g, [np.arange(24, dtype=np.float32).reshape(4, 6) / 7])
-    kernel = load(source)
+    kernel = load_numpy_kernel(source)
     buffers = {}
     first = kernel([np.ones((4, 6), np.float32)], {}, buffers)
     kernel([np.zeros((4, 6), np.float32)], {}, buffers)
@@ -402,7 +403,7 @@ def test_scatter_add_with_repeats_and_negative_indices_equals_interpreter(dim, d
 def test_scatter_add_out_of_bounds_raises_as_the_reference():
     base, src = np.zeros((2, 3), np.float32), np.ones((2, 2), np.float32)
     graph = _single("scatter_add", [base, np.zeros((2, 2), np.int64), src], dim=1)
-    kernel = load(generate(graph))
+    kernel = load_numpy_kernel(generate(graph))
     with pytest.raises(IndexError, match="out of bounds"):
         kernel([base, np.array([[0, 3], [1, 1]]), src], {}, {})
 
@@ -438,8 +439,8 @@ def test_weight_gradients_are_returned_contiguous_without_copies():
     assert returned.lstrip().startswith("return") and ".copy()" not in returned, returned
     assert not [n for n in train.backward.nodes if n.op == "permute"
                 and n.inputs[0].producer is not None and n.inputs[0].producer.op == "matmul"]
-    kernel = load(source)
-    train_fwd = load(generate(train.forward))
+    kernel = load_numpy_kernel(source)
+    train_fwd = load_numpy_kernel(generate(train.forward))
     params = _params(model, train.forward)
     x = np.random.default_rng(10).standard_normal((4, 6)).astype(np.float32)
     parts = train.forward.unpack(train_fwd([x], params, {}))
@@ -527,7 +528,7 @@ def test_state_updates_are_written_in_place_only_when_no_later_statement_reads_t
     w = rng.standard_normal((3, 3)).astype(np.float32)
     expected = interpret(graph, x, params={"w": w.copy()})
     params = {"w": w.copy()}
-    result, updates = load(source)([x], params, {})
+    result, updates = load_numpy_kernel(source)([x], params, {})
     np.testing.assert_array_equal(result, expected[0])
     np.testing.assert_array_equal(updates["w"], expected[1]["w"])
     written = updates["w"] is params["w"]
@@ -592,7 +593,7 @@ def test_zero_d_ufunc_and_reduction_results_are_arrays_and_exact():
     source = generate(graph)
     assert "_op_sum" not in source and "_op_div" not in source and "_op_mean" not in source
     assert "np.asarray(" in source
-    got = load(source)([x.numpy(), w.numpy()], {}, {})
+    got = load_numpy_kernel(source)([x.numpy(), w.numpy()], {}, {})
     expected = interpret(graph, x.numpy(), w.numpy())
     for ours, theirs in zip(flatten_structure(got), flatten_structure(expected)):
         assert isinstance(ours, np.ndarray) and ours.shape == () and ours.dtype == theirs.dtype

@@ -7,6 +7,7 @@ import numpy as np
 
 import graphnn
 from graphnn import nn
+from compile_helpers import load_numpy_kernel
 from graphnn.compiler import stages
 from graphnn.ir import interpret, parse, verify
 
@@ -125,12 +126,11 @@ def test_causal_block_whose_mask_is_too_big_to_fold_still_fuses_attention():
 
 
 def test_dump_ir_kernels_stage_prints_loadable_numpy_source():
-    from graphnn.codegen.numpy import backend as numpy_backend
     result = _cli("dump-ir", f"{MODELS}:make_mlp", "--input", "4x20", "--stage", "kernels")
     assert result.returncode == 0, result.stderr
     assert "def kernel(inputs, params, buffers):" in result.stdout
     assert "matmul_epilogue" in result.stdout and "# @0" in result.stdout
-    assert callable(numpy_backend.load(result.stdout))
+    assert callable(load_numpy_kernel(result.stdout))
     bad = _cli("dump-ir", f"{MODELS}:make_mlp", "--input", "4x20", "--stage", "kernels",
                "--format", "json")
     assert bad.returncode == 2 and "takes no --after" in bad.stderr

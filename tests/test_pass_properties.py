@@ -11,7 +11,8 @@ import functools
 import numpy as np
 import pytest
 
-from graphnn.codegen.numpy.backend import generate, load
+from compile_helpers import load_numpy_kernel
+from graphnn.codegen.numpy.backend import generate
 from graphnn.codegen.numpy.lowerings import GEMM_OPS
 from graphnn.ir import OpGroup, get_op, interpret, verify
 from graphnn.passes.memory_plan import plan_memory
@@ -74,7 +75,7 @@ def _kernel_rtol(graph) -> float:
 
 def _kernel_matches(graph, inputs, params, expected, plan, what):
     rtol = _kernel_rtol(graph)
-    kernel = load(generate(graph, plan))
+    kernel = load_numpy_kernel(generate(graph, plan))
     buffers = {}
     for call in range(2):  # the second call reuses the first one's buffers
         got = kernel(list(inputs), params, buffers)

@@ -4,8 +4,9 @@
 ``kernel(inputs, params, buffers)``: one statement per node (``v3 = np.add(v1, v2)  # @fc``),
 each op lowered through ``lowerings`` (a table of expression templates; ops without a
 specialised lowering call the registry's reference implementation, bound into the module as
-``_op_<name>``, so every op is covered and results have exactly the IR types). ``load(source)``
-executes the source in a fresh module namespace and returns its ``kernel``.
+``_op_<name>``, so every op is covered and results have exactly the IR types). The runtime
+imports the module from its cache file (``codegen.backend.import_kernel_file``, the
+``Backend``'s ``load``); no source is ever run from a string.
 
 ``inputs`` is a list of arrays in ``graph.inputs`` order, ``params`` a dict name -> array and
 ``buffers`` a dict the caller owns and passes again on every call (scratch arrays the kernel may
@@ -26,7 +27,6 @@ import base64
 import hashlib
 import keyword
 import math
-import types
 
 import numpy as np
 
@@ -319,12 +319,4 @@ def generate(graph: Graph, plan=None, kernel_id: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def load(source: str):
-    """Execute ``source`` in a fresh module namespace and return its ``kernel``."""
-    module = types.ModuleType("graphnn_numpy_kernel")
-    module.__dict__["__source__"] = source
-    exec(compile(source, "<graphnn numpy kernel>", "exec"), module.__dict__)
-    return module.kernel
-
-
-__all__ = ["BACKEND_VERSION", "generate", "load", "literal"]
+__all__ = ["BACKEND_VERSION", "generate", "literal"]
