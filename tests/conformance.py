@@ -11,10 +11,15 @@ Integer and bool results must be equal. Float results are compared within ``ROUN
 dtype, relative to the largest magnitude of the result (NaN where NaN, inf where inf); a backend
 that is bit-exact with the interpreter for some ops says so in ``EXACT_EXCEPT`` and is then held
 to it. A backend missing from ``EXACT_EXCEPT`` claims no bit-exactness.
+
+``numpy-core`` is a test-only backend: the NumPy backend lowering only the registry's core ops
+(``core_ops()``), so every composite op of every sample and model reaches it decomposed by the
+compiler (``passes/decompose.py``, run by ``compiler.stages.build``).
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import warnings
 
 import numpy as np
@@ -23,9 +28,20 @@ import pytest
 import graphnn
 from graphnn.compiler import CompileWarning
 from graphnn.ir import REGISTRY, OpGroup
+from graphnn.ir.registry import core_ops
+from graphnn.runtime.backends import get_backend, register_backend
+
+
+def _core_only(name: str, base: str):
+    """A backend named ``name``: ``base`` lowering only the core ops (the rest decomposed)."""
+    backend = get_backend(base)
+    register_backend(dataclasses.replace(backend, name=name, version=f"{backend.version}+core",
+                                         native_ops=core_ops()))
+    return name
+
 
 REFERENCE = "reference"  # the IR interpreter as a backend: what the others are compared with
-BACKENDS = ["numpy"]  # the backends under test; add a new backend's name here
+BACKENDS = ["numpy", _core_only("numpy-core", "numpy")]  # add a new backend's name here
 WITH_REFERENCE = [REFERENCE] + BACKENDS  # the reference too, where checking it against eager
                                         # execution is a sanity check of the compile pipeline
 
