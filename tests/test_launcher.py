@@ -27,7 +27,7 @@ from graphnn.ir import Graph, TensorType
 from graphnn.ir import dtypes as D
 from graphnn.runtime import debug
 from graphnn.runtime.artifact import CompiledArtifact
-from graphnn.runtime.backends import get_backend
+from graphnn.runtime.backends import get_backend, register_backend
 from graphnn.runtime.dynamic_artifact import fit_dynamic_artifact
 from graphnn.runtime.launcher import Launcher, StaleWriteError, launcher_for
 
@@ -265,3 +265,45 @@ def test_a_dynamic_kernel_runs_through_the_launcher_with_its_state_resident():
         np.testing.assert_array_equal(out, (torch.from_numpy(x) * torch.tensor(
             [1, -2, 0.5])).numpy())
     assert device.uploads[id(w._host_array())] == 1
+
+
+def _registered_copying_backend():
+    """A copying NumPy backend registered under a name of its own, for ``graphnn.compile``."""
+    backend, device = _copying_backend()
+    backend = dataclasses.replace(backend, name=f"numpy-copying-{id(device)}")
+    register_backend(backend)
+    return backend, device
+
+
+def test_compiled_training_forward_and_backward_run_on_the_device_with_pytorch_values(
+        no_debug_downloads):
+    """``model.compile()`` with grad mode on: the forward kernel's saved values stay on the
+    device for the backward kernel; an eager optimizer step between calls writes the host
+    parameters, which are uploaded again once before the next forward."""
+    backend, device = _registered_copying_backend()
+    model, reference = _models(4)
+    weight_host = model.weight._host_array()
+    model.compile(backend=backend.name)
+    opt, ref_opt = optim.SGD(model.parameters(), lr=0.1), torch.optim.SGD(
+        reference.parameters(), lr=0.1)
+    for i in range(3):
+        opt.zero_grad()
+        loss = (model(graphnn.tensor(BATCHES[i])) ** 2).mean()
+        loss.backward()
+        ref_opt.zero_grad()
+        expected = (reference(torch.from_numpy(BATCHES[i])) ** 2).mean()
+        expected.backward()
+        np.testing.assert_allclose(model.weight.grad.numpy(), reference.weight.grad.numpy(),
+                                   rtol=1e-5, atol=1e-6)
+        assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+        opt.step()
+        ref_opt.step()
+    assert model.forward.compiles == 1
+    assert device.uploads[id(weight_host)] == 3  # once per forward: each follows an eager step
+    with graphnn.no_grad():
+        outs = [model(graphnn.tensor(BATCHES[i])) for i in range(3, 6)]
+    assert device.uploads[id(weight_host)] == 4  # inference: uploaded once for three calls
+    with torch.no_grad():
+        for i, out in zip(range(3, 6), outs):
+            np.testing.assert_allclose(out.numpy(), reference(torch.from_numpy(BATCHES[i])),
+                                       rtol=1e-5, atol=1e-6)
