@@ -110,7 +110,8 @@ def build(graph: Graph, kind: str, backend=None, passes=None, disable=None, *, w
     modified."""
     if kind not in KINDS:
         raise ValueError(f"stages.build: unknown kind {kind!r} (one of {', '.join(KINDS)})")
-    backend = get_backend(backend or "numpy") if not hasattr(backend, "native_ops") else backend
+    if backend is None or isinstance(backend, str):
+        backend = get_backend(backend or "numpy")
     late = [n for n in select_names(passes, disable) if n in SCHEDULING_PASSES]
     early = list(disable or []) + late
 
