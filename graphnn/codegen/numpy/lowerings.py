@@ -18,10 +18,11 @@ reductions, whose 0-d results are made arrays), and float16 is computed in float
 (``dtype=np.float32``) and rounded once, as the reference does. GEMM-based
 lowerings (``matmul`` and ``matmul_epilogue`` with the leading dims of a 3-D+ operand folded
 into one GEMM (a batched product summed over its batch is one GEMM already: the
-``contraction_layout`` pass rewrites it); ``conv2d``/``conv2d_epilogue`` as im2col + GEMMs with the bias folded in;
-``conv2d_weight_grad``/``conv2d_input_grad`` as GEMMs with im2col/col2im or a transposed
-convolution) sum in another order: equal to the interpreter within 1e-5 relative (float32),
-listed in ``GEMM_OPS``.
+``contraction_layout`` pass rewrites it); ``conv2d``/``conv2d_epilogue`` as im2col columns in a
+layout chosen per convolution and GEMMs with the bias folded in; ``conv2d_weight_grad`` as a
+GEMM over the columns (those its forward built earlier in the same kernel call, when there is
+one) and ``conv2d_input_grad`` as a GEMM and col2im: see ``conv.py``) sum in another order:
+equal to the interpreter within 1e-5 relative (float32), listed in ``GEMM_OPS``.
 """
 from __future__ import annotations
 
