@@ -8,6 +8,7 @@ import pytest
 
 import graphnn
 from graphnn.runtime import backends, cache
+from graphnn.runtime.artifact import schedule_of
 
 
 def _numpy_backend_importable() -> bool:
@@ -27,6 +28,12 @@ def isolated_cache(tmp_path, monkeypatch):
     cache.stats.reset()
     yield tmp_path / "kernels"
     cache.clear_memory()
+
+
+def numpy_source(graph, plan=None) -> str:
+    """The NumPy backend's source for ``graph`` over ``plan``'s schedule; without a plan every
+    node is its own kernel (``runtime.artifact.schedule_of``), as for a bare graph."""
+    return backends.get_backend("numpy").generate(schedule_of(graph, plan), plan)
 
 
 def load_numpy_kernel(source: str):

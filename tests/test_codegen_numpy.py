@@ -10,14 +10,14 @@ import pytest
 
 import graphnn
 from graphnn.compiler import stages
-from graphnn.codegen.numpy.backend import BACKEND_VERSION, generate
+from graphnn.codegen.numpy.backend import BACKEND_VERSION
 from graphnn.codegen.numpy.lowerings import GEMM_OPS, lowering_for
 from graphnn.ir import REGISTRY, Graph, TensorType, interpret, parse, verify
 from graphnn.ir.dtypes import from_numpy_dtype
 from graphnn.ir.graph import flatten_structure
 
 import ir_samples
-from compile_helpers import load_numpy_kernel, run_in_threads
+from compile_helpers import load_numpy_kernel, numpy_source, run_in_threads
 from fusion_golden import GOLDEN
 from op_db import OP_DB
 from test_model_zoo_compiler import CASES
@@ -51,7 +51,7 @@ def run_both(graph, inputs, params=None, calls=2):
     exactly, or within 1e-5 relative where the graph has a GEMM-based lowering."""
     rtol = 1e-5 if any(n.op in GEMM_OPS for n in graph.nodes) else 0.0
     params = params or {}
-    kernel = load_numpy_kernel(generate(graph))
+    kernel = load_numpy_kernel(numpy_source(graph))
     expected = interpret(graph, *inputs, params=params)
     buffers = {}
     results = [kernel(list(inputs), params, buffers) for _ in range(calls)]
@@ -154,7 +154,7 @@ def _backward_inputs(fwd, bwd, arrays, parts, upstream):
 
 def test_source_is_readable():
     graph = ir_samples.conv_relu_pool()
-    source = generate(graph)
+    source = numpy_source(graph)
     assert "# graph Net" in source
     assert "def kernel(inputs, params, buffers):" in source
     assert "# @c1" in source and "# @act" in source
@@ -165,7 +165,7 @@ def test_source_is_readable():
 
 
 def test_load_gives_fresh_namespaces():
-    source = generate(ir_samples.conv_relu_pool())
+    source = numpy_source(ir_samples.conv_relu_pool())
     assert load_numpy_kernel(source) is not load_numpy_kernel(source)
 
 
@@ -173,7 +173,7 @@ def test_outputs_have_ir_types_for_zero_dim_results():
     g = Graph("scalar")
     x = g.add_input("x", TensorType((), from_numpy_dtype(np.dtype(np.float32))))
     g.outputs = g.call("add", x, x)
-    out = load_numpy_kernel(generate(g))([np.array(1.5, np.float32)], {}, {})
+    out = load_numpy_kernel(numpy_source(g))([np.array(1.5, np.float32)], {}, {})
     assert isinstance(out, np.ndarray) and out.shape == () and out.dtype == np.float32
     assert all(v.name for v in flatten_structure(g.outputs))
 
@@ -192,14 +192,14 @@ def _optimized_case(name):
                                             ("mha", "_rt.softmax(")])
 def test_specialised_templates_are_used(name, template):
     graph, _, _ = _optimized_case(name)
-    assert template in generate(graph)
+    assert template in numpy_source(graph)
 
 
 def test_fused_kernels_are_in_place_ufunc_chains():
     from graphnn.passes.memory_plan import plan_memory
     graph, _, _ = _optimized_case("encoder")
     plan = plan_memory(graph)
-    source = generate(graph, plan)
+    source = numpy_source(graph, plan)
     fused = [k for k in plan.schedule.kernels if len(k.nodes) > 1]
     assert fused
     for k in fused:
@@ -221,7 +221,7 @@ def _other_inputs(inputs):
 @pytest.mark.parametrize("name", ["cnn", "encoder", "lm"])
 def test_results_survive_later_calls(name):
     graph, inputs, params = _optimized_case(name)
-    kernel, buffers = load_numpy_kernel(generate(graph)), {}
+    kernel, buffers = load_numpy_kernel(numpy_source(graph)), {}
     first = kernel(inputs, params, buffers)
     expected = interpret(graph, *inputs, params=params)
     kernel(_other_inputs(inputs), params, buffers)  # reuses every scratch buffer
@@ -234,7 +234,7 @@ def test_kernels_sharing_one_buffers_dict():
     arrays = [t.numpy() for t in inputs]
     train = stages.training(graphnn.trace(model, *inputs))
     fwd, bwd = train.forward, train.backward
-    fwd_k, bwd_k = load_numpy_kernel(generate(fwd)), load_numpy_kernel(generate(bwd))
+    fwd_k, bwd_k = load_numpy_kernel(numpy_source(fwd)), load_numpy_kernel(numpy_source(bwd))
     shared = {}
     for _ in range(2):
         parts = fwd.unpack(fwd_k(arrays, _params(model, fwd), shared))
@@ -245,7 +245,7 @@ def test_kernels_sharing_one_buffers_dict():
 
 def test_threads_with_their_own_buffers_get_correct_results():
     graph, inputs, params = _optimized_case("cnn")
-    kernel = load_numpy_kernel(generate(graph))
+    kernel = load_numpy_kernel(numpy_source(graph))
     cases = [inputs, _other_inputs(inputs)]
     expected = [interpret(graph, *c, params=params) for c in cases]
 
@@ -258,7 +258,7 @@ def test_threads_with_their_own_buffers_get_correct_results():
 
 
 def test_constant_subgraphs_are_computed_at_load():
-    source = generate(ir_samples.attention_with_consts())
+    source = numpy_source(ir_samples.attention_with_consts())
     module_level = source.split("def kernel", 1)[0]
     assert "constant, computed at load" in module_level
 
@@ -266,7 +266,7 @@ def test_constant_subgraphs_are_computed_at_load():
 def test_generate_accepts_a_memory_plan():
     from graphnn.passes.memory_plan import plan_memory
     graph, inputs, params = _optimized_case("encoder")
-    kernel = load_numpy_kernel(generate(graph, plan=plan_memory(graph)))
+    kernel = load_numpy_kernel(numpy_source(graph, plan=plan_memory(graph)))
     assert_same(kernel(inputs, params, {}), interpret(graph, *inputs, params=params), "plan",
                 rtol=1e-5)
 
@@ -284,7 +284,7 @@ def test_views_keep_their_buffer_alive():
     s = g.call("add", t, r)
     g.outputs = (g.call("mul", n, x), s, t)
     verify(g)
-    source = generate(g)
+    source = numpy_source(g)
     assert "np.negative(v3, out=b1)" in source
     run_both(g, [np.arange(24, dtype=np.float32).reshape(4, 6) / 7])
     kernel = load_numpy_kernel(source)
@@ -403,7 +403,7 @@ def test_scatter_add_with_repeats_and_negative_indices_equals_interpreter(dim, d
 def test_scatter_add_out_of_bounds_raises_as_the_reference():
     base, src = np.zeros((2, 3), np.float32), np.ones((2, 2), np.float32)
     graph = _single("scatter_add", [base, np.zeros((2, 2), np.int64), src], dim=1)
-    kernel = load_numpy_kernel(generate(graph))
+    kernel = load_numpy_kernel(numpy_source(graph))
     with pytest.raises(IndexError, match="out of bounds"):
         kernel([base, np.array([[0, 3], [1, 1]]), src], {}, {})
 
@@ -434,13 +434,13 @@ def test_weight_gradients_are_returned_contiguous_without_copies():
     model = graphnn.nn.Sequential(graphnn.nn.Linear(6, 5), graphnn.nn.ReLU(),
                                   graphnn.nn.Linear(5, 3))
     train = stages.training(graphnn.trace(model, graphnn.randn(4, 6)))
-    source = generate(train.backward)
+    source = numpy_source(train.backward)
     returned = source.rstrip().splitlines()[-1]
     assert returned.lstrip().startswith("return") and ".copy()" not in returned, returned
     assert not [n for n in train.backward.nodes if n.op == "permute"
                 and n.inputs[0].producer is not None and n.inputs[0].producer.op == "matmul"]
     kernel = load_numpy_kernel(source)
-    train_fwd = load_numpy_kernel(generate(train.forward))
+    train_fwd = load_numpy_kernel(numpy_source(train.forward))
     params = _params(model, train.forward)
     x = np.random.default_rng(10).standard_normal((4, 6)).astype(np.float32)
     parts = train.forward.unpack(train_fwd([x], params, {}))
@@ -463,7 +463,7 @@ def test_log_softmax_lowering_equals_interpreter_exactly(dim, dtype):
     x = _randn(np.random.default_rng(9), dtype, 5, 3, 7) * 4
     x[0, 0, 0], x[1, 1, 1] = -np.inf, np.inf  # a row with an infinite max gives nan, as eager
     graph = _single("log_softmax", [x], dim=dim)
-    assert "_rt.log_softmax(" in generate(graph)
+    assert "_rt.log_softmax(" in numpy_source(graph)
     run_both(graph, [x])
 
 
@@ -522,7 +522,7 @@ def test_state_updates_are_written_in_place_only_when_no_later_statement_reads_t
     graph = _update_graph(read_after)
     new_name = graph.outputs[1]["w"].name
     plan = plan_memory(graph, inplace_updates={new_name: "w"})
-    source = generate(graph, plan)
+    source = numpy_source(graph, plan)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((3, 3)).astype(np.float32)
     w = rng.standard_normal((3, 3)).astype(np.float32)
@@ -590,7 +590,7 @@ def test_zero_d_ufunc_and_reduction_results_are_arrays_and_exact():
 
     x, w = graphnn.randn(5, 3), graphnn.randn(5, 3)
     graph = verify(graphnn.trace(loss, x, w))
-    source = generate(graph)
+    source = numpy_source(graph)
     assert "_op_sum" not in source and "_op_div" not in source and "_op_mean" not in source
     assert "np.asarray(" in source
     got = load_numpy_kernel(source)([x.numpy(), w.numpy()], {}, {})

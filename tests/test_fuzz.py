@@ -17,6 +17,7 @@ from graphnn.fuzz.generate import generate_program
 from graphnn.fuzz.render import render
 from graphnn.fuzz.shrink import shrink
 from graphnn.runtime import backends
+from graphnn.runtime.artifact import schedule_of
 from graphnn.codegen.reference import BACKEND as REFERENCE
 from graphnn.codegen.reference import backend as reference_backend
 
@@ -34,10 +35,10 @@ def test_fixed_seed_batch_has_no_mismatch_crash_or_compile_failure():
 
 # ---- a fake backend that corrupts one op: the shrinker must isolate it -------------------------
 
-def generate(graph, plan=None, kernel_id=None):
+def generate(schedule, plan=None, kernel_id=None):
     """The reference backend, with every tanh computed as sigmoid (same type, wrong values)."""
-    text = str(graph).replace(" = tanh(", " = sigmoid(")
-    return reference_backend.generate(graphnn.ir.parse(text))
+    text = str(schedule.graph).replace(" = tanh(", " = sigmoid(")
+    return reference_backend.generate(schedule_of(graphnn.ir.parse(text)))
 
 
 BACKEND = dataclasses.replace(REFERENCE, name="corrupt", version="fuzz-test-corrupt-tanh",

@@ -11,13 +11,12 @@ import itertools
 import numpy as np
 import pytest
 from compile_helpers import isolated_cache  # noqa: F401  (autouse: a kernel cache per test)
-from compile_helpers import load_numpy_kernel
+from compile_helpers import load_numpy_kernel, numpy_source
 
 import graphnn
 from graphnn import nn
 from graphnn.codegen.numpy import support as numpy_support
 from graphnn.codegen.numpy import parallel as numpy_parallel
-from graphnn.codegen.numpy.backend import generate
 from graphnn.ir import Graph, TensorType, get_op, interpret, verify
 from graphnn.ir.dtypes import from_numpy_dtype
 from graphnn.ir.ops.pool import has_outside_windows
@@ -158,7 +157,7 @@ def _graph(name, build, arrays):
 def run_both(graph, inputs, calls=2):
     """The generated kernel (called ``calls`` times with one buffers dict) equals interpret
     bit for bit; returns (source, last result)."""
-    source = generate(graph)
+    source = numpy_source(graph)
     kernel = load_numpy_kernel(source)
     expected = interpret(graph, *inputs)
     buffers = {}

@@ -7,8 +7,7 @@ from hypothesis import given, settings
 
 import graphnn
 from graphnn import nn
-from compile_helpers import load_numpy_kernel
-from graphnn.codegen.numpy.backend import generate
+from compile_helpers import load_numpy_kernel, numpy_source
 from graphnn.ir import Graph, get_op, interpret, parse, verify
 from graphnn.ir.graph import map_structure
 from graphnn.ir.registry import OpGroup, is_view
@@ -357,6 +356,6 @@ graph g(%x: f32[4]) {
     assert plan.inplace == {"2": "0"}
     assert_plan_sound(plan)
     x = np.array([0.5, -1.0, 2.0, np.inf], np.float32)
-    got = load_numpy_kernel(generate(graph, plan))([x], {}, {})
+    got = load_numpy_kernel(numpy_source(graph, plan))([x], {}, {})
     for a, b in zip(got, interpret(graph, x)):
         np.testing.assert_array_equal(a, b)

@@ -8,11 +8,9 @@ message).
 """
 import functools
 
-import numpy as np
 import pytest
 
-from compile_helpers import load_numpy_kernel
-from graphnn.codegen.numpy.backend import generate
+from compile_helpers import load_numpy_kernel, numpy_source
 from graphnn.codegen.numpy.lowerings import GEMM_OPS
 from graphnn.ir import OpGroup, get_op, interpret, verify
 from graphnn.passes.memory_plan import plan_memory
@@ -75,7 +73,7 @@ def _kernel_rtol(graph) -> float:
 
 def _kernel_matches(graph, inputs, params, expected, plan, what):
     rtol = _kernel_rtol(graph)
-    kernel = load_numpy_kernel(generate(graph, plan))
+    kernel = load_numpy_kernel(numpy_source(graph, plan))
     buffers = {}
     for call in range(2):  # the second call reuses the first one's buffers
         got = kernel(list(inputs), params, buffers)

@@ -6,7 +6,6 @@ import pytest
 
 import graphnn
 from graphnn import nn
-from graphnn.codegen.numpy.backend import generate
 from graphnn.ir import Graph, interpret, verify
 from graphnn.ir.dtypes import float32
 from graphnn.ir.schedule import ALL_KINDS, KernelKind
@@ -15,7 +14,7 @@ from graphnn.passes.autodiff import autodiff
 from graphnn.passes.memory_plan import plan_memory
 from graphnn.passes.pipeline import run_pipeline
 from graphnn.passes.schedule import build_schedule
-from compile_helpers import assert_same, load_numpy_kernel
+from compile_helpers import assert_same, load_numpy_kernel, numpy_source
 from test_pass_memory_plan import assert_plan_sound
 
 K = KernelKind
@@ -47,7 +46,7 @@ def _only(schedule, kind):
 def _compiled_equals_interpreter(graph, inputs, params, schedule=None):
     """The NumPy kernel generated over the plan (twice, sharing buffers) equals interpret()."""
     plan = plan_memory(graph, schedule=schedule)
-    kernel, buffers = load_numpy_kernel(generate(graph, plan)), {}
+    kernel, buffers = load_numpy_kernel(numpy_source(graph, plan)), {}
     expected = interpret(graph, *inputs, params=params)
     for _ in range(2):
         assert_same(kernel(list(inputs), params, buffers), expected, rtol=1e-5, atol=1e-6)
@@ -193,7 +192,7 @@ def test_optimizer_updates_form_one_multi_tensor_update():
     assert plan.schedule.kernels[-1].kind is K.MULTI_UPDATE
     assert plan.updates == updates and plan.refused == []  # all written in place
     assert_plan_sound(plan)
-    kernel = load_numpy_kernel(generate(graph, plan))
+    kernel = load_numpy_kernel(numpy_source(graph, plan))
     expected = graph.unpack(interpret(graph, *inputs, params=params))
     got = graph.unpack(kernel(inputs, {k: v.copy() for k, v in params.items()}, {}))
     assert_same(got["result"], expected["result"], rtol=1e-5, atol=1e-6)
@@ -255,7 +254,7 @@ def test_plans_over_any_schedule_are_sound(kinds):
     plan = plan_memory(graph, updates, schedule=schedule)
     assert plan.schedule is schedule
     assert_plan_sound(plan)
-    kernel = load_numpy_kernel(generate(graph, plan))
+    kernel = load_numpy_kernel(numpy_source(graph, plan))
     expected = graph.unpack(interpret(graph, *inputs, params=params))
     got = graph.unpack(kernel(inputs, {k: v.copy() for k, v in params.items()}, {}))
     for name, value in expected["update"].items():

@@ -12,8 +12,10 @@ A backend is a ``Backend`` object (one per folder under ``graphnn/codegen/``, ex
   templates for; the scheduling pass receives this set as data (passes never import codegen);
 - ``native_ops``: the registry ops it lowers itself; the decompose pass rewrites the others
   into core ops before generation;
-- ``generate(graph, plan=None, kernel_id=None) -> source``: a Python module that defines
-  ``kernel(inputs, params, buffers)``;
+- ``generate(schedule, plan=None, kernel_id=None) -> source``: a Python module that defines
+  ``kernel(inputs, params, buffers)`` for ``schedule.graph``, running its kernels in schedule
+  order; ``plan`` (a memory plan made over ``schedule``, or None) places the values that cross
+  kernel boundaries; ``kernel_id`` names the kernel's entries in ``buffers``;
 - ``load(path) -> kernel``: the kernel of a generated module, imported from its file.
 
 Generated modules are always imported from a real file (``import_kernel_file``), never run by

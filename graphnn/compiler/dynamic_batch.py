@@ -148,7 +148,8 @@ class DynamicBatch:
                 plans = [b.plan for b in built]
                 artifacts[stage] = fit_dynamic_artifact(
                     [b.graph for b in built], plans, PROBE_SIZES, self.backend,
-                    [self.options(p, stage) for p in plans], self.name)
+                    [self.options(p, stage) for p in plans], self.name,
+                    [b.schedule for b in built])
             random = probes[0].random.with_batch([p.random for p in probes], PROBE_SIZES,
                                                  carriers[0])
         except Exception as error:  # noqa: BLE001

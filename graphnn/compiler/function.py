@@ -365,7 +365,8 @@ class CompiledFunction:
     def _artifact(self, stage, name):
         """The artifact of one ``stages.Stage`` (``name``: inference, forward, backward, step)."""
         return CompiledArtifact(stage.graph, self._backend, plan=stage.plan, name=self.name,
-                                options=self._artifact_options(stage.plan, name))
+                                options=self._artifact_options(stage.plan, name),
+                                schedule=stage.schedule)
 
     def __deepcopy__(self, memo):
         """A copy bound to the copied module (compiled again at its first call)."""

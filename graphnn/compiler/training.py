@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import stages
 from .results import flat_tensors
 from ..frontend.compiled_node import attach
 from ..frontend.grad_mode import is_grad_enabled
@@ -86,9 +85,3 @@ class TapeBackward:
         return out
 
 
-def training_graphs(graph, wrt, passes, disable):
-    """(optimized forward, forward kernel's graph, backward kernel's graph) as
-    ``stages.build`` makes them for the NumPy backend. Kept for ``graphnn.fuzz.coverage``
-    until it calls ``stages.build`` itself."""
-    built = stages.build(graph, "training", None, passes, disable, wrt=wrt)
-    return built.optimized.graph, built.forward, built.backward

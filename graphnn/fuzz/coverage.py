@@ -32,7 +32,6 @@ def covered_ops(program: Program, grad: bool) -> set:
     training graphs with respect to the parameters and the inputs that require grad, as the
     checks differentiate them."""
     from graphnn.compiler import stages  # the compiler's stages: graphs as compile builds them
-    from graphnn.compiler.training import training_graphs
 
     try:
         graph = traced_graph(program)
@@ -42,8 +41,8 @@ def covered_ops(program: Program, grad: bool) -> set:
             wrt = [v.name for v in graph.params if v.kind == "param"] + \
                 [v.name for v, spec in zip(graph.inputs, program.inputs) if spec.requires_grad]
             if grad and wrt:
-                _, forward, backward = training_graphs(graph, wrt, None, None)
-                ops |= ops_of(forward) | ops_of(backward)
+                built = stages.build(graph, "training", None, wrt=wrt)
+                ops |= ops_of(built.forward) | ops_of(built.backward)
     except Exception:  # noqa: BLE001 (an untraceable program covers what check reports)
         return set()
     return ops

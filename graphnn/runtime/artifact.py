@@ -1,7 +1,7 @@
 """A compiled artifact: one graph specialised to one signature, its kernel and its buffers.
 
-``CompiledArtifact(graph, backend, signature, plan)`` gets its kernel through the caches
-(generated only on a miss) and runs it: ``check(arrays)`` checks the call's host input arrays
+``CompiledArtifact(graph, backend, signature, plan, schedule=...)`` gets its kernel through the
+caches (generated only on a miss, from ``schedule_of(graph, plan, schedule)``) and runs it: ``check(arrays)`` checks the call's host input arrays
 against the signature (a wrong count, dtype, rank or shape is a ``GuardError`` naming the
 input); ``launch(arrays, params, to_host)`` calls the kernel on arrays of its backend's device
 and returns the graph's output structure of device arrays; in debug mode (``runtime.debug``)
@@ -14,22 +14,36 @@ from __future__ import annotations
 
 import threading
 
+from ..ir.schedule import Kernel, KernelKind, Schedule
 from . import cache, debug
 from .guards import TensorSpec, check_inputs
 
 
+def schedule_of(graph, plan=None, schedule=None) -> Schedule:
+    """The schedule a kernel of ``graph`` is generated over: ``schedule``, else the one
+    ``plan`` was made over, else (no kernel boundaries known: tests and tools that hand the
+    runtime a bare graph) every node its own extern kernel, in graph order."""
+    if schedule is not None:
+        return schedule
+    if plan is not None:
+        return plan.schedule
+    return Schedule(graph, [Kernel(i, KernelKind.EXTERN, [node], list(node.inputs),
+                                   list(node.outputs)) for i, node in enumerate(graph.nodes)])
+
+
 class CompiledArtifact:
     def __init__(self, graph, backend, signature=None, plan=None, options: str = "",
-                 name: str = ""):
+                 name: str = "", schedule=None):
         self.graph = graph
         self.signature = signature
         self.plan = plan
+        self.schedule = schedule_of(graph, plan, schedule)
         self.name = name or graph.name
         self.input_specs = [TensorSpec(tuple(v.type.shape), v.type.dtype.name, False)
                             for v in graph.inputs]
         self.param_names = [v.name for v in graph.params]
         self.output_types = [(v.name, v.type) for v in graph.output_values()]
-        self.source, self.kernel = cache.get_kernel(graph, backend, plan, options)
+        self.source, self.kernel = cache.get_kernel(self.schedule, backend, plan, options)
         self._local = threading.local()
         self.calls = 0
 

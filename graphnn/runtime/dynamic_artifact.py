@@ -21,6 +21,7 @@ from collections import OrderedDict
 
 from ..ir.types import TensorType
 from . import cache, debug
+from .artifact import schedule_of
 from .guards import GuardError, TensorSpec, check_inputs
 from .shape_template import LinearSize, NotGeneric, ShapeTemplate
 
@@ -66,14 +67,15 @@ def _output_forms(graphs, sizes) -> list:
             for v, dims in _shape_forms([g.output_values() for g in graphs], sizes, "output")]
 
 
-def fit_dynamic_artifact(graphs, plans, sizes, backend, options, name=""):
-    """The DynamicArtifact of one stage from its graphs, memory plans and cache options
-    (one each) at ``sizes``."""
+def fit_dynamic_artifact(graphs, plans, sizes, backend, options, name="", schedules=None):
+    """The DynamicArtifact of one stage from its graphs, memory plans, cache options and
+    schedules (one each; default ``artifact.schedule_of`` each graph and plan) at ``sizes``."""
     names = [[v.name for v in g.inputs] for g in graphs]
     if any(n != names[0] for n in names[1:]):
         raise NotGeneric("the graph's inputs differ between batch sizes")
-    sources = [cache.get_source(g, backend, p, o, KERNEL_ID)
-               for g, p, o in zip(graphs, plans, options)]
+    schedules = schedules or [None] * len(graphs)
+    sources = [cache.get_source(schedule_of(g, p, s), backend, p, o, KERNEL_ID)
+               for g, p, o, s in zip(graphs, plans, options, schedules)]
     template = ShapeTemplate.fit(sources, sizes, f"the kernel of {graphs[0].name}")
     return DynamicArtifact(graphs[0], backend, template, _input_forms(graphs, sizes),
                            _output_forms(graphs, sizes), name)

@@ -119,7 +119,7 @@ def _stage_text(stage, what: str) -> str:
     """A compiled stage's schedule, or the NumPy source generated for it."""
     if what == "schedule":
         return str(stage.schedule)
-    return get_backend("numpy").generate(stage.graph, stage.plan)
+    return get_backend("numpy").generate(stage.schedule, stage.plan)
 
 
 def _staged_text(graph: Graph, args) -> str:

@@ -1,7 +1,7 @@
 """The NumPy backend: a Graph -> readable, straight-line Python source -> a callable kernel.
 
-``generate(graph, plan=None)`` returns the source of a module defining
-``kernel(inputs, params, buffers)``: one statement per node (``v3 = np.add(v1, v2)  # @fc``),
+``generate(schedule, plan=None)`` returns the source of a module defining
+``kernel(inputs, params, buffers)``: one statement per node of ``schedule.graph`` (``v3 = np.add(v1, v2)  # @fc``),
 each op lowered through ``lowerings`` (a table of expression templates; ops without a
 specialised lowering call the registry's reference implementation, bound into the module as
 ``_op_<name>``, so every op is covered and results have exactly the IR types). The runtime
@@ -13,8 +13,8 @@ imports the module from its cache file (``codegen.backend.import_kernel_file``, 
 keep across calls). The kernel returns the output structure with arrays in place of values; no
 returned array aliases a scratch buffer that a later call overwrites.
 
-Statements follow the plan's schedule, kernel by kernel (a comment opens each kernel of more
-than one node). Memory (``memory.Placement``): values crossing kernel boundaries are written
+Statements follow the schedule, kernel by kernel (a comment opens each kernel of more than one
+node). Memory (``memory.Placement``): values crossing kernel boundaries are written
 (``out=``) into the memory plan's buffers, in place where the plan says so; values inside a
 kernel use this backend's scratch arrays. Both are allocated once per ``buffers`` dict (under a
 key derived from the graph text) and reused across calls. Graph outputs are always fresh
@@ -30,8 +30,9 @@ import math
 
 import numpy as np
 
-from graphnn.ir import Graph, OpGroup, get_op
+from graphnn.ir import OpGroup, get_op
 from graphnn.ir.dtypes import DType
+from graphnn.ir.schedule import Schedule
 
 from .common import is_uniform
 from .lowerings import Lowered, lowering_for
@@ -221,12 +222,12 @@ def _kernel_header(kernel) -> str:
     return f"# kernel {kernel.name} {kernel.kind.value}: {len(kernel.nodes)} nodes{where}"
 
 
-def _kernels(graph, plan) -> list:
-    """(kernel, node) in execution order: the plan's schedule, or without a plan every node
-    alone in graph order (kernel None)."""
-    if plan is None:
-        return [(None, node) for node in graph.nodes]
-    return [(k, node) for k in plan.schedule.kernels for node in k.nodes]
+def _kernels(schedule, plan) -> list:
+    """(kernel, node) in the schedule's execution order; ``plan`` must be made over it."""
+    if plan is not None and plan.schedule is not schedule:
+        raise ValueError(f"generate: the memory plan of graph {plan.graph.name} was made over "
+                         f"another schedule than the one given")
+    return [(k, node) for k in schedule.kernels for node in k.nodes]
 
 
 def _constant(data) -> str:
@@ -242,18 +243,20 @@ def _constant(data) -> str:
     return f"_rt.const({b64!r}, {data.dtype.name!r}, {shape})"
 
 
-def generate(graph: Graph, plan=None, kernel_id: str | None = None) -> str:
-    """Python source of a module defining ``kernel(inputs, params, buffers)`` for ``graph``.
+def generate(schedule: Schedule, plan=None, kernel_id: str | None = None) -> str:
+    """Python source of a module defining ``kernel(inputs, params, buffers)`` for
+    ``schedule.graph``, its statements in the schedule's kernel order.
 
-    ``plan`` (a memory plan from ``plan_memory``) gives the schedule (statement order and
-    kernels), the buffers of values that cross kernels, the in-place writes and the accepted
-    state updates (written into the state's own arrays where the statement order allows).
-    Without one, every node is its own kernel and every result takes scratch (tests, tools).
+    ``plan`` (a memory plan from ``plan_memory`` made over ``schedule``) gives the buffers of
+    values that cross kernels, the in-place writes and the accepted state updates (written into
+    the state's own arrays where the statement order allows). Without one every result takes
+    scratch.
 
     ``kernel_id`` names the kernel's entries in ``buffers`` (default: a digest of the graph
     text); a caller giving each kernel its own ``buffers`` dict may pass a fixed one."""
+    graph = schedule.graph
     kernel_id = kernel_id or hashlib.sha1(str(graph).encode()).hexdigest()[:12]
-    order = _kernels(graph, plan)
+    order = _kernels(schedule, plan)
     ctx = _Context(graph, [node for _, node in order], kernel_id, plan)
     names = ctx.names
     body: list[str] = []

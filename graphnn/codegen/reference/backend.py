@@ -7,9 +7,11 @@ from __future__ import annotations
 BACKEND_VERSION = "reference-2"
 
 
-def generate(graph, plan=None, kernel_id=None) -> str:
-    """The kernel runs ``graph`` in the interpreter (it keeps no buffers: ``plan`` and
-    ``kernel_id`` are not used). The graph text enters the source through ``repr()`` only."""
+def generate(schedule, plan=None, kernel_id=None) -> str:
+    """The kernel runs ``schedule.graph`` in the interpreter, node by node in graph order (it
+    keeps no buffers: the kernel boundaries, ``plan`` and ``kernel_id`` are not used). The graph
+    text enters the source through ``repr()`` only."""
+    graph = schedule.graph
     return ("from graphnn.ir import interpret, parse\n"
             f"GRAPH = parse({str(graph)!r})\n\n\n"
             "def kernel(inputs, params, buffers):\n"
