@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphnn.codegen.numpy import conv
+from graphnn.codegen.numpy import common, conv
 from graphnn.codegen.numpy.support import reference
 
 GEOMETRIES = [  # (x shape, weight shape, stride, padding, dilation, groups)
@@ -248,3 +248,25 @@ def test_kernels_split_over_threads_equal_torch(xs, ws, stride, padding, dilatio
            tx.grad.numpy(), np.float32)
     _close(conv.conv2d_weight_grad(x, g, weight_shape=ws, **geo, buffers=buffers, columns="f",
                                    layout=layout), tw.grad.numpy(), np.float32)
+
+
+def test_results_are_recycled_only_once_nothing_holds_them():
+    """A result made without ``out`` (a graph output, large enough to be recycled) is never
+    overwritten by a later call while it, or a view of it, is held; once dropped, its memory
+    serves the next call's result, whose values are the new call's."""
+    geo = _geo((1, 1), (1, 1), (1, 1), 1)
+    buffers, held = {}, []
+    for seed in range(6):
+        x, w, b = _inputs((4, 8, 32, 32), (16, 8, 3, 3), np.float32, seed)
+        y = conv.conv2d(x, w, b, **geo, activation="relu", buffers=buffers, key="f")
+        assert y.nbytes >= common.RECYCLED_MIN_BYTES
+        want = torch.relu(_torch_conv(x, w, b, geo)[0]).detach().numpy()
+        _close(y, want, np.float32)
+        if seed % 2 == 0:
+            held.append((y[1:, ::2], want[1:, ::2].copy()))  # a view keeps its array alive
+        y = None
+    for view, want in held:  # later calls wrote none of the held results
+        _close(view, want, np.float32)
+    address = conv.conv2d(x, w, b, **geo, buffers=buffers, key="f").ctypes.data
+    again = conv.conv2d(x, w, b, **geo, buffers=buffers, key="f")
+    assert again.ctypes.data == address  # the dropped result's memory, reused

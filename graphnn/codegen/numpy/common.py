@@ -1,6 +1,9 @@
-"""Helpers the NumPy backend shares: scratch arrays kept across calls, the fused ops' epilogue
-(bias, residual, activation) applied in place, and the test for a constant of one value."""
+"""Helpers the NumPy backend shares: scratch arrays kept across calls, result arrays recycled
+once no one holds them, the fused ops' epilogue (bias, residual, activation) applied in place,
+and the test for a constant of one value."""
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 
@@ -21,6 +24,34 @@ def scratch(buffers, key, shape, dt, fill=None):
     if a is None or a.shape != shape or a.dtype != dt:
         a = np.empty(shape, dt) if fill is None else np.full(shape, fill, dt)
         buffers[key] = a
+    return a
+
+
+RECYCLED_MIN_BYTES = 1 << 17  # smaller results come from malloc's free lists anyway
+RECYCLED_PER_KEY = 4  # results of one key that may be held at once and still be recycled
+
+
+def fresh(buffers, key, shape, dt):
+    """An uninitialised ``shape``/``dt`` array for a result the caller hands out, as
+    ``np.empty`` gives: one kept under ``buffers[key]`` that nothing else references any more
+    (the results of earlier calls, and every view of them, dropped), else a new one, kept for
+    later calls (up to ``RECYCLED_PER_KEY`` of them). A large array freed and allocated
+    again each call costs a page fault per 4 KiB (the allocator hands its memory back to the
+    system); a recycled one does not. Small results are plain ``np.empty``."""
+    shape, dt = tuple(shape), np.dtype(dt)
+    if dt.itemsize * int(np.prod(shape)) < RECYCLED_MIN_BYTES:
+        return np.empty(shape, dt)
+    kept = buffers.get(key)
+    if kept is None:
+        kept = buffers[key] = []
+    for i in range(len(kept)):
+        if sys.getrefcount(kept[i]) == 2:  # the list's reference and the call's argument
+            if kept[i].shape != shape or kept[i].dtype != dt:
+                kept[i] = np.empty(shape, dt)
+            return kept[i]
+    a = np.empty(shape, dt)
+    if len(kept) < RECYCLED_PER_KEY:
+        kept.append(a)
     return a
 
 

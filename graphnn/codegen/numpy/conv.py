@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import epilogue_, scratch
+from .common import epilogue_, fresh, scratch
 from .parallel import split
 
 LAYOUTS = ("batched", "folded")
@@ -171,7 +171,7 @@ def conv2d(x, w, bias=None, residual=None, *, stride, padding, dilation, groups,
     ho = _output_size(h, kh, stride[0], padding[0], dilation[0])
     wo = _output_size(wd, kw, stride[1], padding[1], dilation[1])
     if out is None:
-        out = np.empty((n, o, ho, wo), x.dtype)
+        out = fresh(buffers, key + ".out", (n, o, ho, wo), x.dtype)
     direct = _is_direct(kh, kw, stride, padding, layout)
     fold_bias = bias is not None and groups == 1 and not direct
     wg, bias = _gemm_weight(w, bias, groups, fold_bias, buffers, key)
@@ -222,7 +222,7 @@ def conv2d_weight_grad(x, g, *, weight_shape, stride, padding, dilation, groups,
     pixels = g.shape[2] * g.shape[3]
     k, og = cg * kh * kw, o // groups
     if out is None:
-        out = np.empty(tuple(weight_shape), x.dtype)
+        out = fresh(buffers, key + ".out", weight_shape, x.dtype)
     dw = out.reshape(groups, og, k)
     shared = _shared_columns(x, k, pixels, buffers, columns)
     if shared is not None:
@@ -264,7 +264,7 @@ def conv2d_input_grad(g, w, *, input_shape, stride, padding, dilation, groups, o
     layout = _check_layout(layout or choose_layout(input_shape, w.shape, stride, padding,
                                                    dilation))
     if out is None:
-        out = np.empty((n, c, h, wd), g.dtype)
+        out = fresh(buffers, key + ".out", (n, c, h, wd), g.dtype)
     if layout == "folded" and tuple(stride) == (1, 1):
         return _wide_input_grad(g, w, padding, dilation, groups, out, buffers, key)
     og, k, pixels = o // groups, cg * kh * kw, ho * wo

@@ -16,7 +16,7 @@ from graphnn.ir.dtypes import as_dtype
 from graphnn.ir.errors import IndexError_
 from graphnn.ir.ops.pool import first_taps_inside
 
-from .common import epilogue_, scratch
+from .common import epilogue_, fresh, scratch
 from .conv import conv2d, conv2d_input_grad, conv2d_weight_grad  # noqa: F401
 from .parallel import split
 
@@ -137,10 +137,11 @@ def max_pool2d(x, *, kernel_size, stride, padding, dilation, ceil_mode, indices=
     else:
         xp = x
 
-    values = np.empty((n, c, ho, wo), x.dtype) if out is None else out
+    values = fresh(buffers, key + ".values", (n, c, ho, wo), x.dtype) if out is None else out
     index = None
     if indices:
-        index = np.empty(values.shape, np.int64) if out_index is None else out_index
+        index = fresh(buffers, key + ".index", values.shape, np.int64) if out_index is None \
+            else out_index
         hit = scratch(buffers, key + ".hit", values.shape, np.bool_)
         # each window element's flat offset from the window's first element, in window order
         ij = [(i, j) for i in range(kh) for j in range(kw)]
@@ -274,7 +275,7 @@ def max_pool2d_backward(grad, index, input_shape, *, out=None, buffers=None, key
     n, c, h, w = input_shape
     rows, length, size = n * c, index.shape[2] * index.shape[3], h * w
     if out is None:
-        out = np.empty(input_shape, grad.dtype)
+        out = fresh(buffers, key + ".out", input_shape, grad.dtype)
     if not out.size:
         return out
     out2, index2, src2 = out.reshape(rows, size), index.reshape(rows, length), \
