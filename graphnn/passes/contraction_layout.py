@@ -71,25 +71,34 @@ def _folded_rows(a, rw, like, shape):
     return rw.call("reshape", rows, like=like, shape=shape)
 
 
-def fold_batch_sum(graph: Graph) -> Graph:
+def _rewrite(graph: Graph, match, emit) -> Graph:
+    """A copy of ``graph`` where every node for which ``match(node, uses)`` gives a product
+    has its result replaced by ``emit(node, product, rw)`` (a value of the new graph)."""
     uses = _use_counts(graph)
     rw = Rewriter(graph)
     for node in graph.nodes:
-        product = _summed_product(node, uses)
+        product = match(node, uses)
         if product is None:
             rw.copy(node)
-            continue
-        a, b = (rw.value(v) for v in product.inputs)
-        m, n = a.type.shape[-2], b.type.shape[-1]
-        k = math.prod(a.type.shape[:-2]) * a.type.shape[-1]
-        rows = _folded_rows(a, rw, node, (m, k))
-        cols = rw.call("reshape", b, like=node, shape=(k, n))
-        total = rw.call("matmul", rows, cols, like=node)
-        shape = tuple(node.outputs[0].type.shape)
-        if shape != (m, n):
-            total = rw.call("reshape", total, like=node, shape=shape)
-        rw.bind(node.outputs[0], total)
+        else:
+            rw.bind(node.outputs[0], emit(node, product, rw))
     return rw.finish()
+
+
+def _fold(node, product, rw):
+    """``node``'s summed batched product as one 2-D product."""
+    a, b = (rw.value(v) for v in product.inputs)
+    m, n = a.type.shape[-2], b.type.shape[-1]
+    k = math.prod(a.type.shape[:-2]) * a.type.shape[-1]
+    rows = _folded_rows(a, rw, node, (m, k))
+    cols = rw.call("reshape", b, like=node, shape=(k, n))
+    total = rw.call("matmul", rows, cols, like=node)
+    shape = tuple(node.outputs[0].type.shape)
+    return total if shape == (m, n) else rw.call("reshape", total, like=node, shape=shape)
+
+
+def fold_batch_sum(graph: Graph) -> Graph:
+    return _rewrite(graph, _summed_product, _fold)
 
 
 def _transposed_product(node, uses):
@@ -118,18 +127,14 @@ def _transposed(value, rw, like):
     return rw.call("permute", value, like=like, dims=(1, 0))
 
 
+def _swap(node, product, rw):
+    """``node``, the transpose of a 2-D product, as the product of the transposes."""
+    a, b = (rw.value(v) for v in product.inputs)
+    return rw.call("matmul", _transposed(b, rw, node), _transposed(a, rw, node), like=node)
+
+
 def transpose_product(graph: Graph) -> Graph:
-    uses = _use_counts(graph)
-    rw = Rewriter(graph)
-    for node in graph.nodes:
-        product = _transposed_product(node, uses)
-        if product is None:
-            rw.copy(node)
-            continue
-        a, b = (rw.value(v) for v in product.inputs)
-        bt, at = _transposed(b, rw, node), _transposed(a, rw, node)
-        rw.bind(node.outputs[0], rw.call("matmul", bt, at, like=node))
-    return rw.finish()
+    return _rewrite(graph, _transposed_product, _swap)
 
 
 def contraction_layout(graph: Graph) -> Graph:
