@@ -270,3 +270,20 @@ def test_results_are_recycled_only_once_nothing_holds_them():
     address = conv.conv2d(x, w, b, **geo, buffers=buffers, key="f").ctypes.data
     again = conv.conv2d(x, w, b, **geo, buffers=buffers, key="f")
     assert again.ctypes.data == address  # the dropped result's memory, reused
+
+
+@pytest.mark.parametrize("dtype, bits", [(np.float32, np.uint32), (np.float64, np.uint64)])
+@pytest.mark.parametrize("size", [7, common.ZERO_ROW, 3 * common.ZERO_ROW + 5])
+def test_relu_equals_the_reference_bit_for_bit(dtype, bits, size):
+    """The epilogue's relu (rows of zeros) gives the registry relu's bits for any input bits
+    (NaN payloads of both signs, -0.0, inf), contiguous or not, in place or not."""
+    raw = np.random.default_rng(size).integers(0, np.iinfo(bits).max, (2, size), dtype=bits,
+                                               endpoint=True)
+    x = raw.view(dtype)
+    x[0, :3] = [-0.0, np.inf, -np.inf]
+    want = _reference("relu", x)
+    np.testing.assert_array_equal(common.relu(x).view(bits), want.view(bits))
+    np.testing.assert_array_equal(common.relu(x.T).view(bits), want.T.view(bits))
+    inplace = x.copy()
+    assert common.relu(inplace, out=inplace) is inplace
+    np.testing.assert_array_equal(inplace.view(bits), want.view(bits))
