@@ -27,9 +27,11 @@ from compiled import WORKLOADS  # noqa: E402
 import graphnn  # noqa: E402
 from graphnn import optim  # noqa: E402
 from graphnn.compiler import stages  # noqa: E402
-from graphnn.compiler.step import plan_with_updates, step_graph, trace_function  # noqa: E402
+from graphnn.compiler.step import trace_function  # noqa: E402
 from graphnn.compiler.step_state import StepState  # noqa: E402
-from graphnn.codegen.numpy.backend import generate, load  # noqa: E402
+from graphnn.codegen.numpy.backend import generate  # noqa: E402
+from graphnn.runtime.backends import get_backend  # noqa: E402
+from graphnn.runtime.cache import kernel_from_source  # noqa: E402
 
 _STATEMENT = re.compile(r"^ {8}(?!if |return |_scratch|with |#)\S")
 
@@ -59,11 +61,11 @@ def instrument(source: str):
 CLOCK = time.perf_counter  # --clock cpu: time.process_time
 
 
-def profile(graph, inputs, params, repeat, plan=None):
-    """[(median seconds, statement)] for one kernel of ``graph`` (memory ``plan``) and its
-    outputs."""
-    source, statements = instrument(generate(graph, plan))
-    kernel = load(source)
+def profile(stage, inputs, params, repeat):
+    """[(median seconds, statement)] for the kernel of ``stage`` (a ``stages.Stage``: its
+    schedule and memory plan) and its outputs."""
+    source, statements = instrument(generate(stage.schedule, stage.plan))
+    kernel = kernel_from_source(source, get_backend("numpy"))
     stamps = []
     kernel.__globals__["_clock"] = CLOCK
     kernel.__globals__["_T"] = stamps
@@ -91,19 +93,21 @@ def run(name, repeat, top):
     params = {k: v.numpy() for k, v in model.state_dict().items()}
     graph = graphnn.trace(model, graphnn.tensor(x))
     print(f"\n{name}: input {list(shape)}")
-    timed, _ = profile(stages.optimized(graph).graph, [x], params, repeat)
+    stage = stages.build(graph, "inference").stages["inference"]
+    timed, _ = profile(stage, [x], params, repeat)
     report("inference", timed, top)
-    train = stages.training(graph)
-    timed, returned = profile(train.forward, [x], params, repeat)
+    train = stages.build(graph, "training")
+    forward, backward = train.stages["forward"], train.stages["backward"]
+    timed, returned = profile(forward, [x], params, repeat)
     report("training forward", timed, top)
-    parts = train.forward.unpack(returned)
-    feed = {v.name: a for v, a in zip(train.forward.output("saved"), parts["saved"])}
-    feed.update({v.name: a for v, a in zip(train.forward.inputs, [x])})
+    parts = forward.graph.unpack(returned)
+    feed = {v.name: a for v, a in zip(forward.graph.output("saved"), parts["saved"])}
+    feed.update({v.name: a for v, a in zip(forward.graph.inputs, [x])})
     out = parts["result"]
     out = out[0] if isinstance(out, (tuple, list)) else out
     inputs = [feed[v.name] if v.name in feed else np.ones_like(out)  # the incoming gradient
-              for v in train.backward.inputs]
-    timed, _ = profile(train.backward, inputs, params, repeat)
+              for v in backward.graph.inputs]
+    timed, _ = profile(backward, inputs, params, repeat)
     report("training backward", timed, top)
     timed = profile_step(model, x, kind, repeat)
     report("whole training step (SGD)", timed, top)
@@ -128,10 +132,9 @@ def profile_step(model, x, kind, repeat):
     train_step(*args)  # creates the gradients the compiled step binds
     state = StepState(train_step)
     traced, _ = trace_function(train_step, args, {}, state)
-    graph = step_graph(traced.graph, traced.backward)
+    stage = stages.build(traced.graph, "step", backward=traced.backward).stages["step"]
     params = {name: t._data for name, t, _ in state.bindings()}
-    timed, _ = profile(graph, [a._data for a in args], params, repeat,
-                       plan_with_updates(graph, "step"))
+    timed, _ = profile(stage, [a._data for a in args], params, repeat)
     return timed
 
 
