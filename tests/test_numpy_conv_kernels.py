@@ -226,16 +226,20 @@ def test_weight_gradient_shares_the_columns_of_the_last_forward_call():
     _close(dw, tw.grad.numpy(), np.float32)
 
 
+@pytest.mark.parametrize("blas_serial", [False, True], ids=["blas threads", "blas serial"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("xs, ws, stride, padding, dilation, groups",
                          [GEOMETRIES[0], GEOMETRIES[5], GEOMETRIES[6]], ids=str)
 def test_kernels_split_over_threads_equal_torch(xs, ws, stride, padding, dilation, groups,
-                                                layout, monkeypatch):
-    """With GRAPHNN_NUMPY_THREADS > 1 the copies and col2im adds run in parts on the pool
-    (forced here down to one row per part)."""
+                                                layout, blas_serial, monkeypatch):
+    """With GRAPHNN_NUMPY_THREADS > 1 the copies and col2im adds run in parts on the pool,
+    and with a one-thread BLAS the GEMMs too (forced here down to one row or image per
+    part)."""
     from graphnn.codegen.numpy import parallel
     monkeypatch.setattr(parallel, "THREADS", 2)
     monkeypatch.setattr(parallel, "MIN_PART", 1)
+    monkeypatch.setattr(parallel, "BLAS_SERIAL", blas_serial)
+    monkeypatch.setattr(parallel, "MIN_GEMM_PART", 1)
     geo = _geo(stride, padding, dilation, groups)
     x, w, b = _inputs((3,) + xs[1:], ws, np.float32, 12)
     y, tx, tw = _torch_conv(x, w, b, geo)

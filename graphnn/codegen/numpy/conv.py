@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .common import epilogue_, fresh, scratch
-from .parallel import split
+from .parallel import split, split_gemm
 
 LAYOUTS = ("batched", "folded")
 BATCHED_MIN_PIXELS = 512  # output pixels per image from which per-image GEMMs pay
@@ -182,13 +182,21 @@ def conv2d(x, w, bias=None, residual=None, *, stride, padding, dilation, groups,
     else:
         cols = _im2col(x, kh, kw, stride, padding, dilation, layout, fold_bias, buffers, key)
         buffers[key + ".built"] = (layout, cols)  # what a weight gradient may share
+    macs = out.size * wg.shape[-1]
     if layout == "batched":
-        rows = cols.shape[1] // groups
-        np.matmul(wg, cols.reshape(n, groups, rows, pixels),
-                  out=out.reshape(n, groups, og, pixels))
-        return epilogue_(out, bias, (1, o, 1, 1), residual, activation)
+        per_image = cols.reshape(n, groups, cols.shape[1] // groups, pixels)
+        into = out.reshape(n, groups, og, pixels)
+        split_gemm(lambda lo, hi: np.matmul(wg, per_image[lo:hi], out=into[lo:hi]), n, macs)
+
+        def finish(lo, hi):  # images lo..hi
+            epilogue_(out[lo:hi], bias, (1, o, 1, 1),
+                      None if residual is None else residual[lo:hi], activation)
+        split(finish, n, out.size)
+        return out
     product = scratch(buffers, key + ".product", (groups, og, n * pixels), x.dtype)
-    np.matmul(wg, cols.reshape(groups, cols.shape[0] // groups, n * pixels), out=product)
+    folded = cols.reshape(groups, cols.shape[0] // groups, n * pixels)
+    split_gemm(lambda lo, hi: np.matmul(wg, folded[..., lo * pixels:hi * pixels],
+                                        out=product[..., lo * pixels:hi * pixels]), n, macs)
     rows = product.reshape(o, n, pixels).transpose(1, 0, 2)
     flat = out.reshape(n, o, pixels)
 
@@ -233,16 +241,18 @@ def conv2d_weight_grad(x, g, *, weight_shape, stride, padding, dilation, groups,
             cols = _im2col(x, kh, kw, stride, padding, dilation, layout, False, buffers, key)
     if layout == "batched":
         partial = scratch(buffers, key + ".partial", (n, groups, og, k), x.dtype)
-        np.matmul(g.reshape(n, groups, og, pixels),
-                  cols.reshape(n, groups, k, pixels).swapaxes(-1, -2), out=partial)
+        gs, cs = g.reshape(n, groups, og, pixels), cols.reshape(n, groups, k, pixels)
+        split_gemm(lambda lo, hi: np.matmul(gs[lo:hi], cs[lo:hi].swapaxes(-1, -2),
+                                            out=partial[lo:hi]), n, g.size * k)
         np.sum(partial, axis=0, out=dw)
         return out
     # dW^T = cols @ g^T: BLAS runs this orientation faster (the long contraction over the
     # batch and pixels, the small O*K result written transposed and copied)
     gt = _channels_first(g, buffers, key)
     dwt = scratch(buffers, key + ".dwt", (groups, k, og), x.dtype)
-    np.matmul(cols.reshape(groups, k, n * pixels),
-              gt.reshape(groups, og, n * pixels).swapaxes(-1, -2), out=dwt)
+    cs, gs = cols.reshape(groups, k, n * pixels), gt.reshape(groups, og, n * pixels)
+    split_gemm(lambda lo, hi: np.matmul(cs[:, lo:hi], gs.swapaxes(-1, -2), out=dwt[:, lo:hi]),
+               k, g.size * k)  # rows of dW^T
     np.copyto(dw, dwt.swapaxes(-1, -2))
     return out
 
@@ -268,14 +278,17 @@ def conv2d_input_grad(g, w, *, input_shape, stride, padding, dilation, groups, o
     wt = w.reshape(groups, og, k).swapaxes(-1, -2)
     if layout == "batched":
         cols = scratch(buffers, key + ".cols", (n, groups, k, pixels), g.dtype)
-        np.matmul(wt, g.reshape(n, groups, og, pixels), out=cols)
+        gs = g.reshape(n, groups, og, pixels)
+        split_gemm(lambda lo, hi: np.matmul(wt, gs[lo:hi], out=cols[lo:hi]), n, g.size * k)
         blocks = cols.reshape(n, c, kh, kw, ho, wo)
         padded = scratch(buffers, key + ".pad", (n, c, h + 2 * ph, wd + 2 * pw), g.dtype)
         interior = out
     else:
         cols = scratch(buffers, key + ".cols", (groups, k, n * pixels), g.dtype)
-        np.matmul(wt, _channels_first(g, buffers, key).reshape(groups, og, n * pixels),
-                  out=cols)
+        gs = _channels_first(g, buffers, key).reshape(groups, og, n * pixels)
+        split_gemm(lambda lo, hi: np.matmul(wt, gs[..., lo * pixels:hi * pixels],
+                                            out=cols[..., lo * pixels:hi * pixels]),
+                   n, g.size * k)
         blocks = cols.reshape(c, kh, kw, n, ho, wo).transpose(0, 3, 1, 2, 4, 5)
         padded = scratch(buffers, key + ".pad", (c, n, h + 2 * ph, wd + 2 * pw), g.dtype)
         interior = out.transpose(1, 0, 2, 3)
@@ -324,7 +337,11 @@ def _wide_input_grad(g, w, padding, dilation, groups, out, buffers, key):
     for first in range(0, n, block):
         m = min(block, n - first)
         part = cols.reshape(-1)[:groups * k * m * span].reshape(groups, k, m * span)
-        np.matmul(wt, products[..., first * span:(first + m) * span], out=part)
+
+        def gemm(lo, hi, first=first, part=part):  # images first+lo..first+hi
+            np.matmul(wt, products[..., (first + lo) * span:(first + hi) * span],
+                      out=part[..., lo * span:hi * span])
+        split_gemm(gemm, m, part.size * og)
         if not finite:
             part.reshape(groups * k, m, ho, wp)[..., wo:] = 0
         blocks = part.reshape(c, kh, kw, m, span)

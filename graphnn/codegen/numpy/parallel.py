@@ -2,9 +2,12 @@
 
 NumPy releases the GIL inside its copy and ufunc loops, so Python threads that each run the
 same call on a disjoint part of the arrays run in parallel. The support kernels use this for
-copies and elementwise passes over large arrays, never around BLAS calls (OpenBLAS has its own
-threads, and nesting them oversubscribes the cores). Each part writes its own slice of the
-result, so results equal the serial call's bit for bit.
+copies and elementwise passes over large arrays, and, when OpenBLAS runs one thread
+(``OPENBLAS_NUM_THREADS=1``), for the convolutions' GEMMs too (``split_gemm``: a part of the
+rows or images each); around a multi-threaded BLAS they never split a GEMM (nesting both
+oversubscribes the cores). Each part writes its own slice of the result, so elementwise
+results equal the serial call's bit for bit (a split GEMM may round differently, within GEMM
+rounding).
 
 ``GRAPHNN_NUMPY_THREADS`` sets the number of threads (default 1: everything runs on the
 calling thread). More threads pay off when BLAS leaves the cores free between its calls:
@@ -21,6 +24,20 @@ from concurrent.futures import ThreadPoolExecutor
 
 THREADS = max(1, int(os.environ.get("GRAPHNN_NUMPY_THREADS") or 1))
 MIN_PART = 1 << 17  # elements: below this a part costs more to hand over than to run
+MIN_GEMM_PART = 1 << 21  # multiply-adds: a GEMM part worth handing to another thread
+
+
+def _blas_threads() -> int:
+    """The threads OpenBLAS runs, as it reads them from the environment when it loads (0:
+    not set, every core)."""
+    for var in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
+        value = os.environ.get(var, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+BLAS_SERIAL = _blas_threads() == 1  # then GEMMs are split over the kernel threads
 
 _PREFIX = "graphnn-numpy"
 _pool = (None, None)  # (process id, executor): a forked child starts a pool of its own
@@ -61,3 +78,13 @@ def ranges(length: int, elements: int) -> list[tuple[int, int]]:
 def split(fn, length: int, elements: int) -> None:
     """``fn(lo, hi)`` over the ``ranges`` of ``range(length)``, in parallel."""
     run_parts(lambda r: fn(*r), ranges(length, elements))
+
+
+def split_gemm(fn, length: int, macs: int) -> None:
+    """``fn(lo, hi)``, a GEMM over rows lo..hi of some operand (``macs`` multiply-adds in
+    all), over parts of ``range(length)`` on the kernel threads when BLAS runs one thread
+    (parts of at least ``MIN_GEMM_PART``); one call otherwise (BLAS spreads it over its own
+    threads, and nesting both would oversubscribe the cores)."""
+    count = max(1, min(THREADS, length, macs // MIN_GEMM_PART)) if BLAS_SERIAL else 1
+    bounds = [length * k // count for k in range(count + 1)]
+    run_parts(lambda r: fn(*r), list(zip(bounds[:-1], bounds[1:])))
