@@ -19,6 +19,8 @@ import numpy as np
 
 from ..frontend.random import get_rng_state, set_rng_state
 from ..frontend.tensor import Tensor
+from ..ir.printer import format_const
+from ..passes.fold_constants import fold_constants
 from ..runtime.dynamic_artifact import fit_dynamic_artifact
 from ..runtime.shape_template import ShapeTemplate
 
@@ -31,8 +33,20 @@ _SOURCE_LOCATION = re.compile(r' at "(?:[^"\\]|\\.)*"')
 
 
 def program_text(graph) -> str:
-    """A traced graph's text without source locations (a module's lines name its caller's)."""
-    return _SOURCE_LOCATION.sub("", str(graph))
+    """A traced graph's text with its constants folded, without source locations (a module's
+    lines name its caller's). Folded: a value computed from constants may depend on the batch
+    size where the graph's text does not (``tril(ones(B, 4)).any(0)`` is all true only from
+    B = 4), and the passes bake such values into the kernel. A constant holding one value
+    everywhere is written ``filled(value)``, so that only its shape, not its length in the
+    text, depends on the batch size (as in the generated code)."""
+    folded = fold_constants(graph)
+    text = str(folded)
+    for const in folded.consts:
+        flat = const.data.reshape(-1)
+        if flat.size > 1 and flat.tobytes() == flat[:1].tobytes() * flat.size:
+            text = text.replace(f" = {format_const(const.data)}\n",
+                                f" = filled({format_const(flat[0])})\n", 1)
+    return _SOURCE_LOCATION.sub("", text)
 
 
 def shape_text(shape) -> str:

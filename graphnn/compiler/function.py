@@ -76,13 +76,18 @@ _EAGER = "eager"  # a signature entry that runs the eager forward
 _STATIC = "static"  # a dynamic signature entry: compile per batch size instead
 @dataclass
 class _Staged:
-    """A traced call: its lifted random inputs, the traced graph's text, and (built at first
-    use: a dynamic signature may need only the probes' ones) its ``stages.Built`` with
+    """A traced call: its lifted random inputs, the traced graph, and (built at first use: a
+    dynamic signature may need only the probes' ones) its ``stages.Built`` with
     ``make(artifacts, random)``, which builds the signature's entry around their kernels."""
 
     random: RandomInputs
-    program: str  # the traced graph's text, before any pass
+    graph: object  # the traced graph (random values lifted), before any pass
     build: object  # () -> (stages.Built, make)
+
+    @functools.cached_property
+    def program(self) -> str:
+        """The traced graph as ``dynamic=True`` compares it across batch sizes."""
+        return program_text(self.graph)
 
     @functools.cached_property
     def _built(self):
@@ -356,7 +361,7 @@ class CompiledFunction:
                 entry.template = holder[0] if holder else None
                 return entry
             return built, make_with_template
-        return _Staged(random, program_text(graph), build)
+        return _Staged(random, graph, build)
 
     def _artifact_options(self, plan, stage) -> str:
         writes = sorted(plan.updates.items()) if plan is not None else []
