@@ -14,7 +14,9 @@ calling thread). More threads pay off when BLAS leaves the cores free between it
 OpenBLAS's idle workers spin for a while after each GEMM and take the cores these threads
 need, unless OpenBLAS runs one thread or ``OPENBLAS_THREAD_TIMEOUT=4`` (read when NumPy
 loads) sends them to sleep at once. On 2 cores with that setting, 2 threads made the CNN
-workload's kernels 10-25% faster; without it, 5% slower.
+workload's kernels 10-25% faster; without it, 5% slower. In the whole CNN training step
+(``benchmarks/compiled.py``, default BLAS threads) neither beat the default: with the timeout
+each GEMM call wakes the sleeping workers again, which doubled the forward's time.
 """
 from __future__ import annotations
 
