@@ -226,6 +226,26 @@ def test_weight_gradient_shares_the_columns_of_the_last_forward_call():
     _close(dw, tw.grad.numpy(), np.float32)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("xs, ws, stride, padding, dilation, groups", [
+    GEOMETRIES[6], GEOMETRIES[7], GEOMETRIES[9],
+    ((1, 2, 7, 7), (4, 1, 1, 1), (2, 2), (0, 0), (2, 2), 2),  # C*kh*kw is K + 1 of a group
+], ids=str)
+def test_grouped_weight_gradient_shares_the_forward_columns(xs, ws, stride, padding, dilation,
+                                                            groups, layout):
+    """A grouped convolution's weight gradient reads its forward's columns (C*kh*kw rows,
+    every group's), also where they have as many rows as one group's K plus a ones row."""
+    geo = _geo(stride, padding, dilation, groups)
+    x, w, b = _inputs(xs, ws, np.float32, 14)
+    y, _, tw = _torch_conv(x, w, b, geo)
+    g = np.random.default_rng(15).standard_normal(tuple(y.shape)).astype(np.float32)
+    y.backward(torch.tensor(g, dtype=torch.float64))
+    buffers = {}
+    conv.conv2d(x, w, b, **geo, buffers=buffers, key="f", layout=layout)
+    dw = conv.conv2d_weight_grad(x, g, weight_shape=ws, **geo, buffers=buffers, columns="f")
+    _close(dw, tw.grad.numpy(), np.float32)
+
+
 @pytest.mark.parametrize("blas_serial", [False, True], ids=["blas threads", "blas serial"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("xs, ws, stride, padding, dilation, groups",

@@ -116,8 +116,9 @@ def _im2col(x, kh, kw, stride, padding, dilation, layout, ones_row, buffers, key
 
 def _shared_columns(x, k, pixels, buffers, columns_key):
     """(layout, columns without the ones row) that the forward convolution keyed
-    ``columns_key`` built from this ``x`` (``k`` rows, ``pixels`` output positions) earlier
-    in this kernel call (its ``.built`` record), or None when there are none of that shape."""
+    ``columns_key`` built from this ``x`` (``k`` rows over all groups, C*kh*kw, plus the ones
+    row a forward of one group may add; ``pixels`` output positions) earlier in this kernel
+    call (its ``.built`` record), or None when there are none of that shape."""
     built = None if columns_key is None else buffers.get(columns_key + ".built")
     if built is None:
         return None
@@ -229,7 +230,7 @@ def conv2d_weight_grad(x, g, *, weight_shape, stride, padding, dilation, groups,
     if out is None:
         out = fresh(buffers, key + ".out", weight_shape, x.dtype)
     dw = out.reshape(groups, og, k)
-    shared = _shared_columns(x, k, pixels, buffers, columns)
+    shared = _shared_columns(x, groups * k, pixels, buffers, columns)
     if shared is not None:
         layout, cols = shared
     else:
