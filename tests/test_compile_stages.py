@@ -100,6 +100,37 @@ def test_decomposing_backend_gets_only_core_ops_in_every_stage():
     assert {"conv2d_epilogue", "softmax"} <= numpy_ops  # the NumPy backend lowers them itself
 
 
+class Head(nn.Module):
+    """Attention, a tanh gelu, log_softmax and logsumexp: decompositions that repeat nodes."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x):
+        h = nn.functional.gelu(self.fc(x), approximate="tanh")
+        y, _ = self.attn(h, h, h)
+        return nn.functional.log_softmax(y, -1).sum() + y.logsumexp(-1).mean()
+
+
+def test_decomposed_stages_repeat_no_node_and_keep_none_unused():
+    """Decompositions repeat subexpressions and leave values unused: the stage builder merges
+    and drops them (cse, dce) before grouping kernels."""
+    graphnn.manual_seed(0)
+    graph = graphnn.trace(Head(), graphnn.randn(2, 5, 8))
+    backend = _variant("numpy-core", native_ops=core_ops())
+    for kind in ("inference", "training"):
+        for name, stage in stages.build(graph, kind, backend).stages.items():
+            g = stage.graph
+            keys = [(n.op, tuple(v.name for v in n.inputs), repr(sorted(n.attrs.items())))
+                    for n in g.nodes]
+            assert len(keys) == len(set(keys)), (kind, name)
+            read = {v.name for n in g.nodes for v in n.inputs} | \
+                {v.name for v in g.output_values()}
+            assert all(any(v.name in read for v in n.outputs) for n in g.nodes), (kind, name)
+
+
 def test_fewer_kernel_kinds_give_extern_kernels_in_the_schedule():
     graphnn.manual_seed(0)
     graph = graphnn.trace(Net(), graphnn.tensor(X))

@@ -179,11 +179,15 @@ def _vjp_joint(forward: Graph, wrt: list, flat: list, positions: list) -> Graph:
     return verify(joint)
 
 
+CLEANUP_PASSES = ["cse", "dce"]  # after decomposition: they only merge and drop nodes
+
+
 def _finish(graph: Graph, name: str, backend, late: list) -> Stage:
-    """Decompose what ``backend`` does not lower, group kernels, schedule for its kinds and
-    plan memory (state updates in place)."""
+    """Decompose what ``backend`` does not lower (then merge and drop what the decompositions
+    repeat or leave unused: ``CLEANUP_PASSES``, which make no new ops), group kernels,
+    schedule for its kinds and plan memory (state updates in place)."""
     if any(node.op not in backend.native_ops for node in graph.nodes):
-        graph = verify(decompose(graph, backend.native_ops))
+        graph = run_pipeline(verify(decompose(graph, backend.native_ops)), CLEANUP_PASSES).graph
     records = []
     if late:
         grouped = run_pipeline(graph, late)
