@@ -4,8 +4,9 @@ The model is a stack of L pre-norm transformer blocks (d=64, 4 heads, ``Multihea
 ``LayerNorm``, an MLP of width 4d with tanh-approximated GELU; input 2x16x64, batch first). The
 step is ``graphnn.compile(train_step)``: ``zero_grad``, forward, MSE loss against a fixed target,
 ``backward``, ``Adam.step``, all one kernel. Each layer count runs in a fresh Python process
-with a fresh, empty kernel cache (``GRAPHNN_CACHE_DIR`` set to a new temporary directory), so
-no in-memory or on-disk cache from an earlier case is reused.
+with fresh, empty kernel caches (``GRAPHNN_CACHE_DIR``, and ``TORCHINDUCTOR_CACHE_DIR`` for
+torch.compile, set to a new temporary directory), so no in-memory or on-disk cache from an
+earlier case or an earlier run is reused.
 
 Columns:
 - ``nodes``: the node count of the compiled step graph of the last signature (after autodiff
@@ -142,9 +143,10 @@ def worker(layers, with_torch):
 
 
 def run_case(layers, with_torch, timeout) -> dict:
-    """``worker`` in a subprocess with a new empty kernel cache directory."""
+    """``worker`` in a subprocess with new empty kernel cache directories."""
     cache = tempfile.mkdtemp(prefix="graphnn-compile-time-")
-    env = dict(os.environ, GRAPHNN_CACHE_DIR=cache)
+    env = dict(os.environ, GRAPHNN_CACHE_DIR=cache,
+               TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "torchinductor"))
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", str(layers)]
     if with_torch:
         cmd.append("--with-torch")
@@ -192,7 +194,7 @@ def main():
     layer_counts = [int(v) for v in args.layers.split(",")]
     print(f"whole-step compile (zero_grad, forward, MSE, backward, Adam) of L pre-norm "
           f"transformer blocks, d={D}, {HEADS} heads, input {'x'.join(map(str, SHAPE))}; "
-          f"fresh process and kernel cache per L; {os.cpu_count()} cores, load average "
+          f"fresh process and kernel caches per L; {os.cpu_count()} cores, load average "
           f"{os.getloadavg()[0]:.2f}")
     print(f"total = first {CALLS} calls minus {CALLS} steady calls; ms/node = total per node "
           f"of the compiled step graph; torch.compile of the step function")
