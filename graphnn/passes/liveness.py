@@ -47,6 +47,7 @@ class Liveness:
     last_use: dict  # value name -> last reading step
     internal: set  # node results that never leave their kernel
     storage_of: dict = field(default_factory=dict)  # value name -> Storage (not for internal)
+    readers_of: dict = field(default_factory=dict)  # value name -> [(step, node)] reading it
 
     def storages(self) -> list:
         """Every storage once, in order of the step that writes it."""
@@ -60,9 +61,8 @@ class Liveness:
         return self.schedule.kernels[step].reads
 
     def readers(self, value_name: str) -> list:
-        """(step, node) for each node that reads the value."""
-        return [(i, n) for i, k in enumerate(self.steps) for n in k
-                if any(v.name == value_name for v in n.inputs)]
+        """(step, node) for each node that reads the value, in schedule order (each once)."""
+        return self.readers_of.get(value_name, [])
 
 
 def analyze(graph: Graph, views: bool = True, schedule: Schedule | None = None) -> Liveness:
@@ -75,9 +75,11 @@ def analyze(graph: Graph, views: bool = True, schedule: Schedule | None = None) 
     step_of = {v.name: i for i, k in enumerate(steps) for n in k for v in n.outputs}
     last_use = {v.name: step_of.get(v.name, -1) for v in graph.values()}
     leaves_kernel = set()
+    readers_of = {}
     for i, kernel in enumerate(steps):
         for node in kernel:
-            for v in node.inputs:
+            for v in dict.fromkeys(node.inputs):  # a node reading a value twice reads it once
+                readers_of.setdefault(v.name, []).append((i, node))
                 last_use[v.name] = max(last_use[v.name], i)
                 if step_of.get(v.name, -1) != i:
                     leaves_kernel.add(v.name)
@@ -86,7 +88,7 @@ def analyze(graph: Graph, views: bool = True, schedule: Schedule | None = None) 
         leaves_kernel.add(v.name)
     internal = {name for name, i in step_of.items()
                 if len(steps[i]) > 1 and name not in leaves_kernel}
-    live = Liveness(schedule, steps, step_of, last_use, internal)
+    live = Liveness(schedule, steps, step_of, last_use, internal, readers_of=readers_of)
     roots = {}
     for v in graph.inputs + graph.params + graph.consts:
         roots[v.name] = Storage(v, [v], -1, last_use[v.name])

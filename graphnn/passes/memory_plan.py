@@ -40,6 +40,7 @@ external bytes. ``report()`` prints it all.
 """
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -134,123 +135,174 @@ def _same_order(value, root) -> bool:
     return True
 
 
-def _overwrite_safe(live: Liveness, step: int, value, storage) -> bool:
-    """Whether kernel ``step`` may write ``value`` over ``storage`` while reading it: an
-    elementwise kernel (or the multi-tensor update, per tensor) over ``value``'s size that
-    reads the storage only at ``value``'s type and element order."""
-    kernel = live.schedule.kernels[step]
-    if kernel.kind is KernelKind.POINTWISE:
-        if not all(get_op(n.op).group is OpGroup.ELEMENTWISE for n in kernel.nodes) or \
-                value.type.numel != max(v.type.numel for v in kernel.results()):
-            return False
-    elif kernel.kind is KernelKind.MULTI_UPDATE:
-        if not all(get_op(n.op).group is OpGroup.ELEMENTWISE or is_view(n.op)
-                   for n in kernel.nodes):
-            return False
-    else:
-        return False
-    reads = [r for r in kernel.reads if live.storage_of.get(r.name) is storage]
-    if not reads or not all(r.type == value.type and _same_order(r, storage.root)
-                            for r in reads):
-        return False
-    names = {r.name for r in reads}
-    readers = [i for i, n in enumerate(kernel.nodes) if any(v.name in names for v in n.inputs)]
-    if value.producer not in kernel.nodes or \
-            max(readers) > kernel.nodes.index(value.producer):
-        return False
-    return all(v.type.numel == value.type.numel for i in readers
-               for v in kernel.nodes[i].outputs)
+class _KernelFacts:
+    """What the in-place rules ask of one kernel, computed once: whether its nodes allow
+    in-place writes at all (and over which result size), its reads grouped by storage, and
+    each node's position."""
 
-
-def _inplace_source(live: Liveness, step: int, value, taken: set, donated=()):
-    """(storage, value read) of a storage dying in kernel ``step`` that ``value`` may
-    overwrite (external memory only when donated), or None."""
-    for v in live.kernel_reads(step):
-        storage = live.storage_of.get(v.name)
-        if storage is None or storage.last != step or storage.root.name in taken or \
-                (storage.external and storage.root.name not in donated):
-            continue
-        if _overwrite_safe(live, step, value, storage):
-            return storage, v
-    return None
-
-
-def _check_update(live: Liveness, graph: Graph, out_name: str, param_name: str,
-                  claimed: dict) -> str | None:
-    """Why ``out_name`` cannot be written into ``param_name``'s buffer (None: it can)."""
-    out, param = live.storage_of[out_name].root, live.storage_of[param_name].root
-    value = next(v for v in graph.output_values() if v.name == out_name)
-    if value.type != param.type:
-        return f"its type {value.type} differs from the parameter's {param.type}"
-    storage = live.storage_of[out_name]
-    if storage.external:
-        return f"it is not computed by the graph (it is %{out.name})"
-    if param_name in claimed:
-        return f"%{claimed[param_name]} already updates %{param_name}"
-    if any(live.storage_of[o].root is out for o in claimed.values()):
-        return "its storage already updates another parameter"
-    params = live.storage_of[param_name]
-    if params.last == len(live.steps):
-        return f"%{param_name} is itself returned by the graph"
-    write = storage.first
-    for view in params.values:
-        for step, node in live.readers(view.name):
-            if step > write:
-                return (f"%{param_name} is read by {describe(node)} in kernel {step}, after the "
-                        f"write in kernel {write}")
-    if params.last == write and not _overwrite_safe(live, write, out, params):
-        return (f"kernel {write} reads %{param_name} while writing %{out.name} and is not "
-                f"an elementwise kernel of the parameter's shape")
-    return None
-
-
-def _updates(live, graph, inplace_updates) -> tuple:
-    names = {v.name for v in graph.output_values()}
-    owners = {v.name for v in graph.inputs + graph.params}
-    accepted, refused = {}, []
-    for out_name, param_name in (inplace_updates or {}).items():
-        if out_name not in names:
-            raise MemoryPlanError(f"plan_memory: %{out_name} is not an output of graph "
-                                  f"{graph.name}")
-        if param_name not in owners:
-            raise MemoryPlanError(f"plan_memory: %{param_name} is not a parameter or input of "
-                                  f"graph {graph.name}")
-        reason = _check_update(live, graph, out_name, param_name, accepted)
-        if reason is None:
-            accepted[param_name] = out_name
+    def __init__(self, live: Liveness, step: int):
+        kernel = live.schedule.kernels[step]
+        self.nodes = kernel.nodes
+        if kernel.kind is KernelKind.POINTWISE:
+            elementwise = all(get_op(n.op).group is OpGroup.ELEMENTWISE for n in kernel.nodes)
+            self.size = max(v.type.numel for v in kernel.results()) if elementwise else None
+            self.eligible = elementwise
         else:
-            refused.append(f"%{out_name} -> %{param_name}: {reason}")
-    return {o: p for p, o in accepted.items()}, refused
+            self.size = None  # the multi-tensor update is checked per tensor
+            self.eligible = kernel.kind is KernelKind.MULTI_UPDATE and all(
+                get_op(n.op).group is OpGroup.ELEMENTWISE or is_view(n.op)
+                for n in kernel.nodes)
+        self.reads_of = defaultdict(list)  # storage root name -> values read from it
+        for r in kernel.reads:
+            storage = live.storage_of.get(r.name)
+            if storage is not None:
+                self.reads_of[storage.root.name].append(r)
+        self.position = {id(n): i for i, n in enumerate(kernel.nodes)}
+        self.readers = defaultdict(list)  # value name -> positions of the nodes reading it
+        for i, n in enumerate(kernel.nodes):
+            for v in dict.fromkeys(n.inputs):
+                self.readers[v.name].append(i)
 
 
-def _take_free(buffers: list, free: list, size) -> int:
-    """The oldest free buffer of exactly ``size`` bytes, else a new one."""
-    fits = [i for i in free if buffers[i].nbytes == size]
-    if not fits:
-        buffers.append(Buffer(f"b{len(buffers)}", size))
-        return len(buffers) - 1
-    index = min(fits)
-    free.remove(index)
-    return index
+class _Planner:
+    """The in-place and update rules over one liveness analysis (each kernel's facts built
+    once, so a graph with thousands of updates is checked in linear time)."""
+
+    def __init__(self, live: Liveness, graph: Graph):
+        self.live = live
+        self.graph = graph
+        self._facts = {}
+        self.outputs = {v.name: v for v in graph.output_values()}
+
+    def facts(self, step: int) -> _KernelFacts:
+        if step not in self._facts:
+            self._facts[step] = _KernelFacts(self.live, step)
+        return self._facts[step]
+
+    def overwrite_safe(self, step: int, value, storage) -> bool:
+        """Whether kernel ``step`` may write ``value`` over ``storage`` while reading it: an
+        elementwise kernel (or the multi-tensor update, per tensor) over ``value``'s size that
+        reads the storage only at ``value``'s type and element order."""
+        facts = self.facts(step)
+        if not facts.eligible or (facts.size is not None and value.type.numel != facts.size):
+            return False
+        reads = facts.reads_of.get(storage.root.name, ())
+        if not reads or not all(r.type == value.type and _same_order(r, storage.root)
+                                for r in reads):
+            return False
+        readers = [i for r in reads for i in facts.readers[r.name]]
+        made = facts.position.get(id(value.producer))
+        if made is None or max(readers) > made:
+            return False
+        return all(v.type.numel == value.type.numel for i in readers
+                   for v in facts.nodes[i].outputs)
+
+    def inplace_source(self, step: int, value, taken: set, donated=()):
+        """(storage, value read) of a storage dying in kernel ``step`` that ``value`` may
+        overwrite (external memory only when donated), or None."""
+        for v in self.live.kernel_reads(step):
+            storage = self.live.storage_of.get(v.name)
+            if storage is None or storage.last != step or storage.root.name in taken or \
+                    (storage.external and storage.root.name not in donated):
+                continue
+            if self.overwrite_safe(step, value, storage):
+                return storage, v
+        return None
+
+    def check_update(self, out_name: str, param_name: str, claimed: dict,
+                     claimed_roots: set) -> str | None:
+        """Why ``out_name`` cannot be written into ``param_name``'s buffer (None: it can);
+        ``claimed``: parameter -> output of the updates accepted so far, ``claimed_roots``
+        their storages' root names."""
+        live = self.live
+        out, param = live.storage_of[out_name].root, live.storage_of[param_name].root
+        value = self.outputs[out_name]
+        if value.type != param.type:
+            return f"its type {value.type} differs from the parameter's {param.type}"
+        storage = live.storage_of[out_name]
+        if storage.external:
+            return f"it is not computed by the graph (it is %{out.name})"
+        if param_name in claimed:
+            return f"%{claimed[param_name]} already updates %{param_name}"
+        if out.name in claimed_roots:
+            return "its storage already updates another parameter"
+        params = live.storage_of[param_name]
+        if params.last == len(live.steps):
+            return f"%{param_name} is itself returned by the graph"
+        write = storage.first
+        for view in params.values:
+            for step, node in live.readers(view.name):
+                if step > write:
+                    return (f"%{param_name} is read by {describe(node)} in kernel {step}, "
+                            f"after the write in kernel {write}")
+        if params.last == write and not self.overwrite_safe(write, out, params):
+            return (f"kernel {write} reads %{param_name} while writing %{out.name} and is not "
+                    f"an elementwise kernel of the parameter's shape")
+        return None
+
+    def updates(self, inplace_updates) -> tuple:
+        graph = self.graph
+        owners = {v.name for v in graph.inputs + graph.params}
+        accepted, roots, refused = {}, set(), []
+        for out_name, param_name in (inplace_updates or {}).items():
+            if out_name not in self.outputs:
+                raise MemoryPlanError(f"plan_memory: %{out_name} is not an output of graph "
+                                      f"{graph.name}")
+            if param_name not in owners:
+                raise MemoryPlanError(f"plan_memory: %{param_name} is not a parameter or input "
+                                      f"of graph {graph.name}")
+            reason = self.check_update(out_name, param_name, accepted, roots)
+            if reason is None:
+                accepted[param_name] = out_name
+                roots.add(self.live.storage_of[out_name].root.name)
+            else:
+                refused.append(f"%{out_name} -> %{param_name}: {reason}")
+        return {o: p for p, o in accepted.items()}, refused
 
 
-def _assign(live: Liveness, update_root: dict, donated) -> tuple:
+class _FreeBuffers:
+    """Arena buffers no live storage holds, by size: ``take(size)`` gives the oldest (lowest
+    index) free buffer of exactly that size, else a new one."""
+
+    def __init__(self):
+        self.buffers = []
+        self._by_size = defaultdict(list)  # size -> heap of free indices
+        self._free = set()
+
+    def take(self, size: int) -> int:
+        heap = self._by_size.get(size)
+        if heap:
+            index = heapq.heappop(heap)
+            self._free.discard(index)
+            return index
+        self.buffers.append(Buffer(f"b{len(self.buffers)}", size))
+        return len(self.buffers) - 1
+
+    def release(self, index: int) -> None:
+        if index not in self._free:
+            self._free.add(index)
+            heapq.heappush(self._by_size[self.buffers[index].nbytes], index)
+
+
+def _assign(planner: _Planner, update_root: dict, donated) -> tuple:
     """Walk the kernels in order placing each storage: (buffers, holder, inplace, busiest)
     where holder maps a storage root to an arena buffer index or an external ``%name``."""
-    buffers, free, inplace = [], [], {}
+    live = planner.live
+    arena, inplace = _FreeBuffers(), {}
     holder = {s.root.name: f"%{s.root.name}" for s in live.storages() if s.external}
     starting, ending = defaultdict(list), defaultdict(list)
     for s in live.storages():
         if not s.external:
             starting[s.first].append(s)
             ending[s.last].append(s)
-    live_now, busiest = {}, (0, 0)
+    holders = defaultdict(int)  # arena index -> live storages held in it
+    arena_live, busiest = 0, (0, 0)
     for step in range(len(live.steps)):
         taken = set()
         for storage in starting[step]:
             root = storage.root.name
             source = None if root in update_root else \
-                _inplace_source(live, step, storage.root, taken, donated)
+                planner.inplace_source(step, storage.root, taken, donated)
             if root in update_root:
                 holder[root] = f"%{update_root[root]}"
             elif source is not None:
@@ -258,19 +310,23 @@ def _assign(live: Liveness, update_root: dict, donated) -> tuple:
                 holder[root] = holder[source[0].root.name]
                 inplace[root] = source[1].name
             else:
-                holder[root] = _take_free(buffers, free, storage.nbytes)
-            if isinstance(holder[root], int):
-                buffers[holder[root]].values.append(root)
-            live_now[root] = holder[root]
-        in_use = {h for h in live_now.values() if isinstance(h, int)}
-        arena_live = sum(buffers[i].nbytes for i in in_use)
+                holder[root] = arena.take(storage.nbytes)
+            index = holder[root]
+            if isinstance(index, int):
+                arena.buffers[index].values.append(root)
+                holders[index] += 1
+                arena_live += arena.buffers[index].nbytes if holders[index] == 1 else 0
         if arena_live > busiest[1]:
             busiest = (step, arena_live)
         for storage in ending[step]:
-            index = live_now.pop(storage.root.name)
-            if storage.root.name not in taken and isinstance(index, int) and index not in free:
-                free.append(index)
-    return buffers, holder, inplace, busiest
+            index = holder[storage.root.name]
+            if not isinstance(index, int):
+                continue
+            holders[index] -= 1
+            arena_live -= arena.buffers[index].nbytes if holders[index] == 0 else 0
+            if storage.root.name not in taken:
+                arena.release(index)
+    return arena.buffers, holder, inplace, busiest
 
 
 def plan_memory(graph: Graph, inplace_updates: dict | None = None, *, donate=(),
@@ -285,11 +341,12 @@ def plan_memory(graph: Graph, inplace_updates: dict | None = None, *, donate=(),
     if unknown:
         raise MemoryPlanError(f"plan_memory: cannot donate {unknown}: not inputs or parameters "
                               f"of graph {graph.name}")
-    updates, refused = _updates(live, graph, inplace_updates)
+    planner = _Planner(live, graph)
+    updates, refused = planner.updates(inplace_updates)
     update_root = {live.storage_of[o].root.name: p for o, p in updates.items()}
     # a parameter that receives an update keeps its memory for it: it is not also donated
     donated = tuple(name for name in donate if name not in updates.values())
-    buffers, holder, inplace, busiest = _assign(live, update_root, set(donated))
+    buffers, holder, inplace, busiest = _assign(planner, update_root, set(donated))
     buffer_of = {}
     for name, storage in live.storage_of.items():
         index = holder[storage.root.name]
