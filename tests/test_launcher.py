@@ -25,7 +25,7 @@ from graphnn.compiler.step_state import StepState
 from graphnn.frontend.tensor import Tensor
 from graphnn.ir import Graph, TensorType
 from graphnn.ir import dtypes as D
-from graphnn.runtime import debug
+from graphnn.ir import debug_mode
 from graphnn.runtime.artifact import CompiledArtifact
 from graphnn.runtime.backends import get_backend, register_backend
 from graphnn.runtime.dynamic_artifact import fit_dynamic_artifact
@@ -66,7 +66,7 @@ class CopyingDevice(Device):
 def no_debug_downloads(monkeypatch):
     """Debug mode brings every kernel output to the host to check its type: counted downloads
     would include those."""
-    monkeypatch.setattr(debug, "ENABLED", False)
+    monkeypatch.setattr(debug_mode, "ENABLED", False)
 
 
 def _copying_backend():

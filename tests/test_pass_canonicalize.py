@@ -164,6 +164,29 @@ def test_pass_selection_and_errors(monkeypatch):
                      passes=["fold_constants", "simplify", "cse", "dce", "broken"])
 
 
+
+def test_outside_debug_mode_passes_are_not_verified_each_and_no_text_is_kept(monkeypatch):
+    """Verifying and printing after every pass is debug mode's (and ``keep_text``'s) cost; a
+    compile verifies each stage graph it returns once (``stages.build``)."""
+    from graphnn.compiler import stages
+    from graphnn.ir import debug_mode
+    from graphnn.ir.verifier import VerifyError
+    from graphnn.passes import pipeline
+
+    def broken(graph):
+        graph.nodes[0].outputs[0].type = ir_samples.f32(1)
+        return graph
+    monkeypatch.setattr(pipeline, "PIPELINE", pipeline.PIPELINE + [("broken", broken)])
+    monkeypatch.setattr(debug_mode, "ENABLED", False)
+    result = run_pipeline(ir_samples.conv_relu_pool(), passes=["cse", "broken"])
+    assert [(r.text, r.diff, r.changed_lines) for r in result.records] == [(None,) * 3] * 2
+    assert "broken" in result.report()
+    with pytest.raises(VerifyError):
+        stages.build(ir_samples.conv_relu_pool(), "inference", passes=["cse", "broken"])
+    kept = run_pipeline(ir_samples.conv_relu_pool(), passes=["cse"], keep_text=True)
+    assert kept.records[0].text == str(kept.graph) and kept.records[0].changed_lines == 0
+
+
 def _simplify_then_dce(graph):
     return eliminate_dead_code(simplify(graph))
 

@@ -1,4 +1,4 @@
-"""Debug mode (graphnn/runtime/debug.py, on in the tests through conftest.py): every compiled
+"""Debug mode (graphnn/ir/debug_mode.py, on in the tests through conftest.py): every compiled
 call checks what its kernel returned against the output values' IR types."""
 import numpy as np
 import pytest
@@ -8,7 +8,7 @@ import graphnn
 from graphnn.compiler import PROBE_SIZES
 from graphnn.ir import Graph, TensorType
 from graphnn.ir import dtypes as D
-from graphnn.runtime import debug
+from graphnn.ir import debug_mode
 from graphnn.runtime.artifact import CompiledArtifact
 from graphnn.runtime.backends import get_backend
 from graphnn.runtime.debug import OutputTypeError
@@ -16,14 +16,14 @@ from graphnn.runtime.dynamic_artifact import fit_dynamic_artifact
 
 
 def test_the_tests_run_in_debug_mode():
-    assert debug.ENABLED
+    assert debug_mode.ENABLED
 
 
 @pytest.mark.parametrize("environ, on", [({"GRAPHNN_DEBUG": "1"}, True), ({}, False),
                                          ({"GRAPHNN_DEBUG": ""}, False),
                                          ({"GRAPHNN_DEBUG": "0"}, False)])
 def test_debug_mode_is_read_from_the_environment(environ, on):
-    assert debug.enabled_in(environ) is on
+    assert debug_mode.enabled_in(environ) is on
 
 
 def _relu_and_argmax() -> Graph:

@@ -34,7 +34,7 @@ from ..ir.emit import Builder
 from ..ir.graph import Graph, flatten_structure, map_structure
 from ..ir.graph_emitter import GraphEmitter
 from ..ir.schedule import Schedule
-from ..ir.verifier import verify
+from ..ir.verifier import verify, verify_in_debug_mode
 from ..passes.autodiff import autodiff
 from ..passes.decompose import decompose
 from ..passes.memory_plan import MemoryPlan, plan_memory
@@ -103,11 +103,12 @@ def select_names(passes=None, disable=None) -> list:
 
 
 def build(graph: Graph, kind: str, backend=None, passes=None, disable=None, *, wrt=None,
-          targets=None, backward=None) -> Built:
+          targets=None, backward=None, keep_text=False) -> Built:
     """The stages of ``graph`` as ``kind`` (inference, training or step) for ``backend`` (a
     ``Backend``, or a name; default numpy). Training differentiates the flat result positions
-    ``targets`` (default: every floating result, as ``graphnn.compile`` does). ``graph`` is not
-    modified."""
+    ``targets`` (default: every floating result, as ``graphnn.compile`` does). ``keep_text``:
+    the pass records keep each pass's text and diff (``run_pipeline``). Every stage graph is
+    verified once (after every pass too in debug mode). ``graph`` is not modified."""
     if kind not in KINDS:
         raise ValueError(f"stages.build: unknown kind {kind!r} (one of {', '.join(KINDS)})")
     if backend is None or isinstance(backend, str):
@@ -116,10 +117,13 @@ def build(graph: Graph, kind: str, backend=None, passes=None, disable=None, *, w
     early = list(disable or []) + late
 
     def finish(g: Graph, name: str) -> Stage:
-        return _finish(g, name, backend, late)
+        return _finish(g, name, backend, late, keep_text)
+
+    def pipeline(g: Graph, skip) -> PipelineResult:
+        return run_pipeline(g, passes, skip, keep_text=keep_text)
 
     if kind == "inference":
-        first = run_pipeline(graph, passes, early)
+        first = pipeline(graph, early)
         stage = finish(first.graph, "inference")
         return Built(kind, {"inference": stage},
                      PipelineResult(stage.graph, first.records + stage.records))
@@ -128,14 +132,14 @@ def build(graph: Graph, kind: str, backend=None, passes=None, disable=None, *, w
             return run_pipeline(g, passes, disable).graph
         if backward is not None:
             graph = differentiate_step(graph, backward.loss, backward.grads, optimize)
-        whole = run_pipeline(graph, passes, early)
+        whole = pipeline(graph, early)
         stage = finish(whole.graph, "step")
         return Built(kind, {"step": stage},
                      PipelineResult(stage.graph, whole.records + stage.records))
-    forward = run_pipeline(graph, passes, disable)
+    forward = pipeline(graph, disable)
     wrt = list(differentiable_names(forward.graph) if wrt is None else wrt)
     joint_graph, targets = _joint(forward.graph, wrt, targets)
-    joint = run_pipeline(joint_graph, passes, early)
+    joint = pipeline(joint_graph, early)
     fwd, bwd, report = partition(joint.graph)
     return Built(kind, {"forward": finish(fwd, "forward"), "backward": finish(bwd, "backward")},
                  forward, joint, report, targets, wrt)
@@ -176,22 +180,24 @@ def _vjp_joint(forward: Graph, wrt: list, flat: list, positions: list) -> Graph:
     values = {v.name: v for v in joint.values()}
     joint.set_outputs({**map_structure(lambda v: values[v.name], roles),
                        "grad": joint.output("grad")})
-    return verify(joint)
+    return verify_in_debug_mode(joint)
 
 
 CLEANUP_PASSES = ["cse", "dce"]  # after decomposition: they only merge and drop nodes
 
 
-def _finish(graph: Graph, name: str, backend, late: list) -> Stage:
+def _finish(graph: Graph, name: str, backend, late: list, keep_text: bool) -> Stage:
     """Decompose what ``backend`` does not lower (then merge and drop what the decompositions
-    repeat or leave unused: ``CLEANUP_PASSES``, which make no new ops), group kernels,
-    schedule for its kinds and plan memory (state updates in place)."""
+    repeat or leave unused: ``CLEANUP_PASSES``, which make no new ops), group kernels, verify
+    the result, schedule for its kinds and plan memory (state updates in place)."""
     if any(node.op not in backend.native_ops for node in graph.nodes):
-        graph = run_pipeline(verify(decompose(graph, backend.native_ops)), CLEANUP_PASSES).graph
+        graph = run_pipeline(verify_in_debug_mode(decompose(graph, backend.native_ops)),
+                             CLEANUP_PASSES).graph
     records = []
     if late:
-        grouped = run_pipeline(graph, late)
+        grouped = run_pipeline(graph, late, keep_text=keep_text)
         graph, records = grouped.graph, grouped.records
+    verify(graph)
     schedule = build_schedule(graph, backend.kernel_kinds)
     updates = {v.name: state for state, v in graph.output("update").items()}
     try:

@@ -13,6 +13,7 @@ a ``grad`` of a value defined in the graph names an input, parameter or buffer a
 """
 from __future__ import annotations
 
+from . import debug_mode
 from .errors import GraphnnError
 from .graph import INPUT_ROLES, STATE_KINDS, Graph, flatten_structure
 from .printer import format_node
@@ -26,6 +27,12 @@ class VerifyError(GraphnnError, ValueError):
 
 def _fail(node, message):
     raise VerifyError(f"graph invalid at node `{format_node(node)}`: {message}")
+
+
+def verify_in_debug_mode(graph: Graph) -> Graph:
+    """``verify(graph)`` in debug mode (``debug_mode``); otherwise ``graph`` unchecked: for the
+    intermediate graphs of a compile, whose final stages are verified once."""
+    return verify(graph) if debug_mode.ENABLED else graph
 
 
 def verify(graph: Graph) -> Graph:

@@ -1,10 +1,13 @@
 """The pass pipeline: one flat, ordered, named list of ``Graph -> Graph`` passes.
 
-``run_pipeline`` runs a selection of it, verifying the graph after every pass (when asked),
-recording each pass's time and how many lines of the graph's text it changed, and, with a dump
-directory (argument or ``GRAPHNN_DUMP_DIR``), writing one numbered file per stage plus a unified
-diff against the previous stage. A failing pass is reported with its name and the passes that
-ran before it.
+``run_pipeline`` runs a selection of it, recording each pass's time and node counts. In debug
+mode (``ir.debug_mode``, on in the tests) it verifies the graph after every pass, so a pass
+that breaks an invariant is named; otherwise the caller verifies the result once (the stage
+builder does, for every stage it returns). The graph is printed only when asked: with
+``keep_text`` each record holds the graph's text after its pass, a unified diff against the
+previous text and the number of changed lines (``dump-ir --after`` / ``--diff``), and with a
+dump directory (argument or ``GRAPHNN_DUMP_DIR``) one numbered file per stage plus the diff is
+written. A failing pass is reported with its name and the passes that ran before it.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import pathlib
 import time
 from dataclasses import dataclass, field
 
+from ..ir import debug_mode
 from ..ir.errors import GraphnnError
 from ..ir.graph import Graph
 from ..ir.verifier import verify
@@ -50,9 +54,9 @@ class PassRecord:
     seconds: float
     nodes_before: int
     nodes_after: int
-    changed_lines: int
-    text: str
-    diff: str
+    changed_lines: int | None  # None, text and diff: the text was not kept
+    text: str | None
+    diff: str | None
 
 
 @dataclass
@@ -64,8 +68,9 @@ class PipelineResult:
         """One line per pass: time, node counts and changed lines."""
         lines = [f"{'pass':20s} {'ms':>8s} {'nodes':>13s} {'changed':>8s}"]
         for r in self.records:
+            changed = "-" if r.changed_lines is None else str(r.changed_lines)
             lines.append(f"{r.name:20s} {r.seconds * 1e3:8.2f} "
-                         f"{r.nodes_before:>5d} -> {r.nodes_after:<5d} {r.changed_lines:8d}")
+                         f"{r.nodes_before:>5d} -> {r.nodes_after:<5d} {changed:>8s}")
         return "\n".join(lines)
 
 
@@ -85,12 +90,16 @@ def _diff(before: str, after: str, name: str) -> str:
                                         fromfile="before", tofile=f"after {name}"))
 
 
-def run_pipeline(graph: Graph, passes=None, disable=None, *, check: bool = True,
-                 dump_dir=None) -> PipelineResult:
-    """Run the selected passes in pipeline order on ``graph`` (which is not modified)."""
+def run_pipeline(graph: Graph, passes=None, disable=None, *, check: bool | None = None,
+                 keep_text: bool = False, dump_dir=None) -> PipelineResult:
+    """Run the selected passes in pipeline order on ``graph`` (which is not modified),
+    verifying after each when ``check`` (default: in debug mode); ``keep_text`` or a dump
+    directory keep each pass's text and diff."""
     dump_dir = dump_dir or os.environ.get("GRAPHNN_DUMP_DIR")
+    check = debug_mode.ENABLED if check is None else check
+    keep_text = keep_text or bool(dump_dir)
     result = PipelineResult(graph)
-    text = str(graph)
+    text = str(graph) if keep_text else None
     if dump_dir:
         pathlib.Path(dump_dir).mkdir(parents=True, exist_ok=True)
         (pathlib.Path(dump_dir) / "00_input.txt").write_text(text)
@@ -105,10 +114,12 @@ def run_pipeline(graph: Graph, passes=None, disable=None, *, check: bool = True,
             after = f" (after {', '.join(done)})" if done else " (the first pass)"
             raise PassError(f"pass {name!r} failed{after}: {e}") from e
         seconds = time.perf_counter() - start
-        new_text = str(new)
-        diff = _diff(text, new_text, name)
-        changed = sum(1 for line in diff.splitlines()
-                      if line[:1] in "+-" and not line.startswith(("+++", "---")))
+        new_text = diff = changed = None
+        if keep_text:
+            new_text = str(new)
+            diff = _diff(text, new_text, name)
+            changed = sum(1 for line in diff.splitlines()
+                          if line[:1] in "+-" and not line.startswith(("+++", "---")))
         result.records.append(PassRecord(name, seconds, len(result.graph.nodes), len(new.nodes),
                                          changed, new_text, diff))
         if dump_dir:

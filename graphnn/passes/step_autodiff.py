@@ -22,7 +22,7 @@ import copy
 
 from ..ir.errors import GraphnnError
 from ..ir.graph import Graph, map_structure
-from ..ir.verifier import verify
+from ..ir.verifier import verify_in_debug_mode
 from .autodiff import autodiff
 
 
@@ -66,7 +66,7 @@ def differentiate_step(graph: Graph, loss: str, grads: dict, optimize) -> Graph:
                      if id(original) not in later_ids]
     values = {v.name: v for v in forward.values()}
     forward.outputs = (values[loss], tuple(values[n] for n in crossing))
-    forward = optimize(verify(forward))
+    forward = optimize(verify_in_debug_mode(forward))
 
     joint = autodiff(forward, list(dict.fromkeys(grads.values())))
     _, crossed = joint.output("result")
@@ -86,4 +86,4 @@ def differentiate_step(graph: Graph, loss: str, grads: dict, optimize) -> Graph:
     joint.set_outputs(map_structure(lambda v: renamed.get(v.name) or joint_values[v.name],
                                     graph.output_roles()))
     joint.name = graph.name
-    return verify(joint)
+    return verify_in_debug_mode(joint)

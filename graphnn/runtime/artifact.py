@@ -4,7 +4,7 @@
 caches (generated only on a miss, from ``schedule_of(graph, plan, schedule)``) and runs it: ``check(arrays)`` checks the call's host input arrays
 against the signature (a wrong count, dtype, rank or shape is a ``GuardError`` naming the
 input); ``launch(arrays, params, to_host)`` calls the kernel on arrays of its backend's device
-and returns the graph's output structure of device arrays; in debug mode (``runtime.debug``)
+and returns the graph's output structure of device arrays; in debug mode (``ir.debug_mode``)
 each returned array, brought to the host by ``to_host``, is checked against its output value's
 IR type. ``run(arrays, params)`` is both for host arrays (the launcher in ``launcher.py`` is
 the way compiled entries call kernels). The buffers a kernel keeps between calls are per thread
@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 
 from ..ir.schedule import Kernel, KernelKind, Schedule
+from ..ir import debug_mode
 from . import cache, debug
 from .guards import TensorSpec, check_inputs
 
@@ -63,7 +64,7 @@ class CompiledArtifact:
         """The kernel's outputs for checked inputs, all arrays of the backend's device."""
         self.calls += 1
         results = self.kernel(list(arrays), params, self.buffers)
-        if debug.ENABLED:
+        if debug_mode.ENABLED:
             debug.check_outputs(f"compiled {self.name} (graph {self.graph.name})",
                                 self.output_types, to_host(results) if to_host else results)
         return results

@@ -1,29 +1,16 @@
-"""Debug mode, and the check it adds to every compiled call.
-
-``GRAPHNN_DEBUG=1`` in the environment when graphnn is imported turns debug mode on
-(``ENABLED``; any value but empty and ``0`` counts: ``enabled_in``). The test suite turns it on
-(tests/conftest.py). In debug mode the runtime checks every array a kernel returns against its
-value's IR type (``check_outputs``), so a code generator that returns the wrong shape or dtype
-fails at the call that did it instead of somewhere downstream. The pass pipeline verifies the
-graph after every pass whether or not debug mode is on.
+"""The check debug mode (``ir.debug_mode``) adds to every compiled call: the runtime checks
+every array a kernel returns against its value's IR type (``check_outputs``), so a code
+generator that returns the wrong shape or dtype fails at the call that did it instead of
+somewhere downstream.
 """
 from __future__ import annotations
 
-import os
 import reprlib
 
 import numpy as np
 
 from ..ir.errors import GraphnnError
 from ..ir.graph import flatten_structure
-
-
-def enabled_in(environ) -> bool:
-    """Whether ``environ`` (a mapping like ``os.environ``) turns debug mode on."""
-    return environ.get("GRAPHNN_DEBUG", "") not in ("", "0")
-
-
-ENABLED = enabled_in(os.environ)
 
 
 class OutputTypeError(GraphnnError, RuntimeError):

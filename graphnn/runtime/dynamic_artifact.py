@@ -12,7 +12,7 @@ the input and the size it was measured from); ``launch(arrays, params, to_host)`
 for that size on device arrays (``run`` is both, for host arrays): the template's text
 for the size, loaded once and kept for the ``KEPT_SIZES`` sizes used last, with scratch buffers
 per thread and per size. No tracing, pass or code generation runs for a new size. In debug mode
-(``runtime.debug``) each returned array is checked against its output's IR type at that size.
+(``ir.debug_mode``) each returned array is checked against its output's IR type at that size.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import threading
 from collections import OrderedDict
 
 from ..ir.types import TensorType
+from ..ir import debug_mode
 from . import cache, debug
 from .artifact import schedule_of
 from .guards import GuardError, TensorSpec, check_inputs
@@ -167,7 +168,7 @@ class DynamicArtifact:
         kernel = self.kernel_for(size)
         self.calls += 1
         results = kernel(list(arrays), params, self._buffers(size))
-        if debug.ENABLED:
+        if debug_mode.ENABLED:
             debug.check_outputs(f"compiled {self.name} (graph {self.graph.name}, B={size})",
                                 self.output_types(size), to_host(results) if to_host else results)
         return results

@@ -137,10 +137,11 @@ def _staged_text(graph: Graph, args) -> str:
         built = stages.build(graph, "inference", None, passes, disable)
         return _stage_text(built.stages["inference"], stage)
     if stage == "optimized":
-        result = stages.build(graph, "inference", None, passes, disable).optimized
+        result = stages.build(graph, "inference", None, passes, disable,
+                              keep_text=True).optimized
         final = result.graph
     else:
-        train = stages.build(graph, "training", None, passes, disable)
+        train = stages.build(graph, "training", None, passes, disable, keep_text=True)
         result, final = train.joint, train.backward
     records = result.records
     if args.after:
