@@ -16,8 +16,8 @@ from graphnn.ir import Graph, TensorType, get_op, interpret, parse, verify
 from graphnn.ir import dtypes as D
 from graphnn.ir.registry import OpGroup
 from graphnn.passes.autodiff import autodiff
-from graphnn.passes.fuse_elementwise import (MEMBER_GROUPS, PIVOT_GROUPS, fuse_elementwise,
-                                             fusion_groups)
+from graphnn.passes.fuse_elementwise import (MEMBER_GROUPS, PIVOT_GROUPS, _Fuser,
+                                             fuse_elementwise, fusion_groups)
 from graphnn.passes.schedule import build_schedule
 from graphnn.passes.pipeline import run_pipeline
 
@@ -201,6 +201,32 @@ def test_random_graphs_get_legal_acyclic_groups_and_keep_their_values(graph):
         [n.op for n in sorted(graph.nodes, key=lambda n: n.op)]
     for note in out.notes:
         assert note.startswith("cannot fuse %") and ": " in note
+
+
+
+class _CheckedFuser(_Fuser):
+    """The fuser with its windowed cycle check compared against a search of the whole
+    contracted graph, and its kept topological order checked after every merge."""
+
+    def _cycle_witness(self, a, b):
+        witness = super()._cycle_witness(a, b)
+        units = nx.DiGraph((u, v) for u, vs in self.succ.items() for v in vs
+                           if {u, v} != {a, b})
+        units.add_nodes_from((a, b))
+        assert (witness is not None) == (nx.has_path(units, a, b) or nx.has_path(units, b, a))
+        return witness
+
+    def merge(self, a, b):
+        super().merge(a, b)
+        assert all(self.pos[u] < self.pos[v] for u, vs in self.succ.items() for v in vs)
+
+
+@settings(max_examples=60, deadline=None)
+@given(random_graphs())
+def test_the_windowed_cycle_check_agrees_with_a_whole_graph_search(graph):
+    fuser = _CheckedFuser(graph)
+    fuser.run()
+    assert len(fuser.schedule()) == len(graph.nodes)
 
 
 class Block(nn.Module):

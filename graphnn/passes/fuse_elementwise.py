@@ -83,6 +83,9 @@ class _Fuser:
         # sets (cheap to contract); networkx checks the final one (``schedule``)
         self.succ = {i: set() for i in range(len(self.nodes))}
         self.pred = {i: set() for i in range(len(self.nodes))}
+        # a topological order of the units, kept valid across merges (``_reorder``), so a
+        # path between two units can only pass through the units placed between them
+        self.pos = list(range(len(self.nodes)))
         producer = {v.name: j for j, n in enumerate(self.nodes) for v in n.outputs}
         self.edges = []  # candidate producer -> consumer pairs, each once, in node order
         seen = set()
@@ -153,26 +156,54 @@ class _Fuser:
                         return i
         return None
 
+    def _ordered(self, a: int, b: int) -> tuple:
+        return (a, b) if self.pos[a] < self.pos[b] else (b, a)
+
+    def _between(self, start: int, end: int, links: dict, inside) -> list:
+        """Units reached from ``start`` along ``links`` (successors or predecessors) through
+        units for which ``inside(unit)`` holds, in depth-first order (``start`` and ``end``
+        excluded)."""
+        first = [u for u in links[start] if u != end and inside(u)]
+        seen, stack, reached = set(first), list(first), []
+        while stack:
+            unit = stack.pop()
+            reached.append(unit)
+            for nxt in links[unit]:
+                if nxt not in seen and nxt != end and inside(nxt):
+                    seen.add(nxt)
+                    stack.append(nxt)
+        return reached
+
     def _cycle_witness(self, a: int, b: int) -> int | None:
-        """A node on a path between ``a`` and ``b`` that leaves both (None: no such path)."""
-        for src, dst in ((a, b), (b, a)):
-            starts = [u for u in self.succ[src] if u != dst]
-            seen = set(starts)
-            stack = list(starts)
-            while stack:
-                unit = stack.pop()
-                if dst in self.succ[unit]:
-                    return self.groups[unit].members[0] if unit in self.groups else unit
-                for nxt in self.succ[unit]:
-                    if nxt not in seen:
-                        seen.add(nxt)
-                        stack.append(nxt)
+        """A node on a path between ``a`` and ``b`` that leaves both (None: no such path).
+        Only the units placed between them in the topological order are searched."""
+        x, y = self._ordered(a, b)
+        end = self.pos[y]
+        for unit in self._between(x, y, self.succ, lambda u: self.pos[u] < end):
+            if y in self.succ[unit]:
+                return self.groups[unit].members[0] if unit in self.groups else unit
         return None
+
+    def _reorder(self, x: int, y: int) -> None:
+        """Before ``x`` (earlier) and ``y`` merge: move the units between them that lead to
+        ``y`` before ``x``, and those ``x`` leads to after ``y``, keeping every other unit
+        where it is (Pearce and Kelly's reordering), so the merged unit has a valid place.
+        Assumes no path from ``x`` to ``y`` other than direct edges."""
+        lo, hi = self.pos[x], self.pos[y]
+        ahead = self._between(x, y, self.succ, lambda u: self.pos[u] < hi)
+        behind = self._between(y, x, self.pred, lambda u: self.pos[u] > lo)
+        slots = sorted(self.pos[u] for u in ahead + behind + [x, y])
+        moved = sorted(behind, key=self.pos.__getitem__) + [x, y] + \
+            sorted(ahead, key=self.pos.__getitem__)
+        for unit, slot in zip(moved, slots):
+            self.pos[unit] = slot
 
     # ---- merging -------------------------------------------------------------------------------
 
     def merge(self, a: int, b: int) -> None:
+        self._reorder(*self._ordered(a, b))
         keep, gone = min(a, b), max(a, b)
+        self.pos[keep] = min(self.pos[a], self.pos[b])
         gk, gg = self.groups[keep], self.groups.pop(gone)
         pivot = gk.pivot if gk.pivot is not None else gg.pivot
         if pivot is not None:
@@ -250,8 +281,11 @@ def fuse_elementwise(graph: Graph) -> Graph:
        (A backend evaluates other members at whatever index their readers need, as NumPy
        broadcasting says; only values computed from the pivot exist once per reduced row.)
     5. No cycle between groups: the graph with each group contracted to one node stays
-       acyclic (each merge is refused when another path joins the two groups; networkx's
-       topological sort of the final contracted graph, which orders the kernels, checks it).
+       acyclic (each merge is refused when another path joins the two groups; the search
+       for one visits only the units between the two in a topological order of the
+       contracted graph that each merge updates locally, so it costs the distance between
+       them, not the graph's size; networkx's topological sort of the final contracted graph,
+       which orders the kernels, checks it).
     6. One-node groups are not annotated (a backend emits an unfused node as its own kernel).
 
     Groups grow by merging across candidate edges in a fixed order, repeated until nothing
