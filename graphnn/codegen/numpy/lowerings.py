@@ -315,17 +315,13 @@ def _max_pool2d(node, args, ctx):
 
 def _max_pool2d_backward(node, args, ctx):
     """The blocked plane kernel when no window lies wholly in the padding (then the indices
-    are in their plane by construction), told when the windows are disjoint (each position
-    indexed once at most); else the reference, which checks bounds and raises."""
+    are in their plane by construction); else the reference, which checks bounds and raises."""
     a, g = node.attrs, node.inputs[0].type
     if has_outside_windows(a["input_shape"], a["kernel_size"], a["stride"], a["padding"],
                            a["dilation"], g.shape[2:]):
         return None
-    disjoint = all(s >= (k - 1) * d + 1 for k, s, d in
-                   zip(a["kernel_size"], a["stride"], a["dilation"]))
-    return f"_rt.max_pool2d_backward({args[0]}, {args[1]}, {tuple(a['input_shape'])!r}, " \
-           f"disjoint={disjoint}{ctx.out_arg(node)}, buffers=buffers, " \
-           f"key={ctx.scratch_key(node)!r})"
+    return f"_rt.max_pool2d_backward({args[0]}, {args[1]}, {tuple(a['input_shape'])!r}" \
+           f"{ctx.out_arg(node)}, buffers=buffers, key={ctx.scratch_key(node)!r})"
 
 
 def _scatter_add(node, args, ctx):

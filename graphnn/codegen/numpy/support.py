@@ -261,17 +261,12 @@ def scatter_add(base, index, src, dim, out=None, buffers=None, key="scatter"):
     return out
 
 
-def max_pool2d_backward(grad, index, input_shape, *, disjoint=False, out=None, buffers=None,
-                        key="scatter"):
+def max_pool2d_backward(grad, index, input_shape, *, out=None, buffers=None, key="scatter"):
     """The ``max_pool2d_backward`` op: ``grad`` (N, C, Ho, Wo) added into zero (H, W) planes
     at the pool's flat ``index``: each plane zeroed, then ``np.add.at`` over flat positions
     in the index's order: the reference's additions in its order, so equal bit for bit
     (0.0 + -0.0 is 0.0 here too), whether windows overlap or not; done a block of planes at
-    a time, so that the additions find the block just zeroed in the cache. ``disjoint``: the
-    caller guarantees that no two windows share an element (stride at least the dilated
-    kernel), so no position of a plane is indexed twice: then ``grad + 0.0`` (the
-    reference's 0.0 + g, bit for bit) is stored at the positions, several times faster
-    than ``np.add.at``.
+    a time, so that the additions find the block just zeroed in the cache.
 
     Bounds: the caller guarantees that no window lies wholly in the padding; then the indices
     lie inside their plane by construction (a window whose maximum is -inf takes its first
@@ -288,8 +283,6 @@ def max_pool2d_backward(grad, index, input_shape, *, disjoint=False, out=None, b
     flat = scratch(buffers, key + ".flat", (rows, length), np.int64)
     block = max(1, (1 << 20) // (size * out.itemsize))  # rows of about 1 MiB
     offsets = np.arange(0, block * size, size, dtype=np.int64)[:, None]
-    if disjoint:
-        plus_zero = scratch(buffers, key + ".g0", (rows, length), grad.dtype)
 
     def add(lo, hi):  # rows lo..hi
         for r in range(lo, hi, block):
@@ -297,11 +290,7 @@ def max_pool2d_backward(grad, index, input_shape, *, disjoint=False, out=None, b
             part = out2[r:s]
             part.fill(0)
             np.add(index2[r:s], offsets[:s - r], out=flat[r:s])
-            if disjoint:
-                np.add(src2[r:s], grad.dtype.type(0), out=plus_zero[r:s])
-                part.reshape(-1)[flat[r:s].reshape(-1)] = plus_zero[r:s].reshape(-1)
-            else:
-                np.add.at(part.reshape(-1), flat[r:s].reshape(-1), src2[r:s].reshape(-1))
+            np.add.at(part.reshape(-1), flat[r:s].reshape(-1), src2[r:s].reshape(-1))
     split(add, rows, out.size)
     return out
 
