@@ -24,7 +24,7 @@ GEOMETRIES = [  # (x shape, weight shape, stride, padding, dilation, groups)
     ((2, 5, 7, 8), (3, 5, 1, 1), (2, 2), (0, 0), (1, 1), 1),  # strided 1x1
     ((3, 2, 30, 20), (3, 2, 3, 3), (1, 1), (1, 1), (1, 1), 1),  # large enough for "batched"
 ]
-LAYOUTS = [None, "batched", "folded"]  # None: the kernel's own choice
+LAYOUTS = [None, "batched", "folded", "rows"]  # None: the kernel's own choice
 
 
 def _geo(stride, padding, dilation, groups):
@@ -311,3 +311,30 @@ def test_relu_equals_the_reference_bit_for_bit(dtype, bits, size):
     inplace = x.copy()
     assert common.relu(inplace, out=inplace) is inplace
     np.testing.assert_array_equal(inplace.view(bits), want.view(bits))
+
+
+def test_rows_weight_gradient_reuses_its_scratch_across_calls():
+    """The rows layout's channels-last copy keeps its zero border across calls (only the
+    interior is written) and its columns are rebuilt each call: three calls with other
+    inputs and one buffers dict stay equal to PyTorch's."""
+    geo = _geo((1, 1), (2, 1), (1, 2), 1)
+    buffers = {}
+    for seed in range(3):
+        x, w, b = _inputs((2, 3, 8, 9), (4, 3, 3, 3), np.float32, seed + 20)
+        y, _, tw = _torch_conv(x, w, b, geo)
+        g = np.random.default_rng(seed + 30).standard_normal(tuple(y.shape)).astype(np.float32)
+        y.backward(torch.tensor(g, dtype=torch.float64))
+        _close(conv.conv2d_weight_grad(x, g, weight_shape=w.shape, **geo, buffers=buffers,
+                                       key="w", layout="rows"), tw.grad.numpy(), np.float32)
+    assert "w.cols.rows" in buffers
+
+
+def test_rows_are_chosen_only_for_one_group_weight_gradients_of_small_images():
+    """The CNN's second convolution: folded forward and input gradient, rows for a weight
+    gradient that builds its own columns; a grouped one stays folded, large images batched."""
+    small = ((32, 32, 16, 16), (64, 32, 3, 3), (1, 1), (1, 1), (1, 1))
+    assert conv.choose_layout(*small) == "folded"
+    assert conv.choose_layout(*small, weight_grad=True) == "rows"
+    assert conv.choose_layout(*small, groups=2, weight_grad=True) == "folded"
+    large = ((32, 3, 32, 32), (32, 3, 3, 3), (1, 1), (1, 1), (1, 1))
+    assert conv.choose_layout(*large, weight_grad=True) == "batched"

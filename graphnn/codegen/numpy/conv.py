@@ -16,6 +16,12 @@ convolution (the ``layout`` argument; ``choose_layout`` when it is None):
 - ``"folded"``: (K, N, Ho*Wo). The batch folded into one GEMM's N dimension, whose
   (O, N, Ho*Wo) result is copied into NCHW (the ReLU applied on the way). Pays for small
   images with many channels, where per-image GEMMs are too small for BLAS.
+- ``"rows"``: (N*Ho*Wo, K), K ordered (kernel row, kernel column, channel), built from a
+  zero-padded channels-last copy of the input, where a kernel row's kw*C values are one
+  contiguous run (the folded layout copies runs of Wo). Only a one-group weight gradient
+  that builds its own columns takes it (``dW = g @ cols``, the orientation BLAS runs
+  fastest for it; about 10% faster than folded for the CNN's second convolution); asked of
+  a forward convolution or an input gradient, it means ``"folded"``.
 
 A weight gradient reads the columns its forward convolution built earlier in the same kernel
 call (``columns=``), in whichever layout the forward chose.
@@ -27,7 +33,7 @@ import numpy as np
 from .common import epilogue_, fresh, scratch
 from .parallel import split, split_gemm
 
-LAYOUTS = ("batched", "folded")
+LAYOUTS = ("batched", "folded", "rows")
 BATCHED_MIN_PIXELS = 512  # output pixels per image from which per-image GEMMs pay
 COL2IM_BLOCK = 1 << 20  # bytes of GEMM products a col2im block adds up while they are cached
 
@@ -36,23 +42,30 @@ def _output_size(size, k, s, p, d):
     return (size + 2 * p - d * (k - 1) - 1) // s + 1
 
 
-def choose_layout(x_shape, w_shape, stride, padding, dilation) -> str:
+def choose_layout(x_shape, w_shape, stride, padding, dilation, groups=1,
+                  weight_grad=False) -> str:
     """The columns' layout for a convolution of an ``x_shape`` input with a ``w_shape``
     weight: ``"batched"`` for images of at least ``BATCHED_MIN_PIXELS`` output pixels and for
-    unpadded stride-1 1x1 convolutions (whose columns are the input), else ``"folded"``."""
+    unpadded stride-1 1x1 convolutions (whose columns are the input), else ``"folded"``, or
+    ``"rows"`` for a one-group ``weight_grad`` that builds its own columns (cheaper to build,
+    and its GEMM runs in BLAS's faster orientation)."""
     _, _, h, wd = x_shape
     kh, kw = w_shape[2:]
     if (kh, kw, *stride) == (1, 1, 1, 1) and not any(padding):
         return "batched"
     pixels = _output_size(h, kh, stride[0], padding[0], dilation[0]) * \
         _output_size(wd, kw, stride[1], padding[1], dilation[1])
-    return "batched" if pixels >= BATCHED_MIN_PIXELS else "folded"
+    if pixels >= BATCHED_MIN_PIXELS:
+        return "batched"
+    return "rows" if weight_grad and groups == 1 else "folded"
 
 
-def _check_layout(layout):
+def _check_layout(layout, groups=1, weight_grad=False):
+    """``layout`` checked; ``"rows"`` becomes ``"folded"`` but for a one-group weight
+    gradient (the only one that builds rows columns)."""
     if layout not in LAYOUTS:
         raise ValueError(f"numpy backend: convolution layout {layout!r} is not one of {LAYOUTS}")
-    return layout
+    return "folded" if layout == "rows" and (groups > 1 or not weight_grad) else layout
 
 
 def _is_direct(kh, kw, stride, padding, layout) -> bool:
@@ -111,6 +124,32 @@ def _im2col(x, kh, kw, stride, padding, dilation, layout, ones_row, buffers, key
                 blocks[lo:hi, :, i, j] = \
                     source[lo:hi, :, r:r + sh * (ho - 1) + 1:sh, s:s + sw * (wo - 1) + 1:sw]
     split(fill, len(blocks), blocks.size)
+    return cols
+
+
+def _row_columns(x, kh, kw, stride, padding, dilation, buffers, key):
+    """im2col in the rows layout into a scratch ``(N*Ho*Wo, K)`` array, column ``(i, j, c)``
+    holding input channel c at kernel offset (i, j) of each output position (row
+    ``(n, y, x)``). The input is first copied channels-last into a zero-bordered
+    (N, Hp, Wp, C) scratch, whose windows are then one strided view copied at once (runs of
+    kw*C values when undilated)."""
+    n, c, h, wd = x.shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    ho = _output_size(h, kh, sh, ph, dh)
+    wo = _output_size(wd, kw, sw, pw, dw)
+    cols = scratch(buffers, _columns_key(key, "rows"), (n * ho * wo, kh * kw * c), x.dtype)
+    xp = scratch(buffers, key + ".padL", (n, h + 2 * ph, wd + 2 * pw, c), x.dtype, fill=0)
+    s0, s1, s2, s3 = xp.strides
+    inner = ((kw * c,), (s3,)) if dw == 1 else ((kw, c), (dw * s2, s3))
+    windows = np.lib.stride_tricks.as_strided(
+        xp, (n, ho, wo, kh) + inner[0], (s0, sh * s1, sw * s2, dh * s1) + inner[1],
+        writeable=False)
+    target = cols.reshape((n, ho, wo, kh) + inner[0])
+
+    def fill(lo, hi):  # images lo..hi
+        xp[lo:hi, ph:ph + h, pw:pw + wd] = x[lo:hi].transpose(0, 2, 3, 1)
+        np.copyto(target[lo:hi], windows[lo:hi])
+    split(fill, n, cols.size)
     return cols
 
 
@@ -215,7 +254,8 @@ def conv2d_weight_grad(x, g, *, weight_shape, stride, padding, dilation, groups,
                        buffers=None, key="convw", columns=None, layout=None):
     """dW = g @ im2col(x)^T summed over the batch: batched, one GEMM per image and a sum over
     the images; folded, one GEMM with the batch in its contraction (``g`` copied channels
-    first), computed as dW^T.
+    first), computed as dW^T; rows, the same GEMM as (O, N*Ho*Wo) @ (N*Ho*Wo, K), whose
+    (kernel row, kernel column, channel) columns are copied into the weight's order.
 
     ``columns``: the key of a forward convolution of this same ``x`` (same geometry and
     kernel size) that ran earlier in this kernel call; its columns, still in ``buffers``, are
@@ -235,11 +275,20 @@ def conv2d_weight_grad(x, g, *, weight_shape, stride, padding, dilation, groups,
         layout, cols = shared
     else:
         layout = _check_layout(layout or choose_layout(x.shape, weight_shape, stride, padding,
-                                                       dilation))
+                                                       dilation, groups, weight_grad=True),
+                               groups, weight_grad=True)
         if _is_direct(kh, kw, stride, padding, layout):
             cols = x.reshape(n, x.shape[1], pixels)
+        elif layout == "rows":
+            cols = _row_columns(x, kh, kw, stride, padding, dilation, buffers, key)
         else:
             cols = _im2col(x, kh, kw, stride, padding, dilation, layout, False, buffers, key)
+    if layout == "rows":  # dW in (O, kernel row, kernel column, C) order, copied into place
+        gs = _channels_first(g, buffers, key).reshape(o, n * pixels)
+        dwk = scratch(buffers, key + ".dwk", (o, k), x.dtype)
+        split_gemm(lambda lo, hi: np.matmul(gs[lo:hi], cols, out=dwk[lo:hi]), o, g.size * k)
+        np.copyto(out, dwk.reshape(o, kh, kw, cg).transpose(0, 3, 1, 2))
+        return out
     if layout == "batched":
         partial = scratch(buffers, key + ".partial", (n, groups, og, k), x.dtype)
         gs, cs = g.reshape(n, groups, og, pixels), cols.reshape(n, groups, k, pixels)
