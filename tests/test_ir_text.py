@@ -253,3 +253,23 @@ def test_names_and_scopes_with_spaces_are_quoted_and_parse_back():
     text = str(g)
     assert '%"blocks.a b.\\"q\\".weight"' in text and '@"blocks.a b"' in text
     assert parse(text) == g
+
+
+@pytest.mark.parametrize("graph", ir_samples.all_samples(), ids=lambda g: g.name)
+def test_a_deep_copy_is_equal_and_shares_nothing_mutable(graph):
+    import copy
+    graph = verify(graph)
+    graph.notes.append("a note")
+    twin = copy.deepcopy(graph)
+    assert str(verify(twin)) == str(graph) and twin.notes == graph.notes
+    for old, new in zip(graph.values(), twin.values()):
+        assert new is not old and new.name == old.name and new.type == old.type
+        if old.data is not None:
+            assert not np.shares_memory(new.data, old.data)
+        if old.producer is not None:
+            assert new.producer is not old.producer and new in new.producer.outputs
+    for old, new in zip(graph.nodes, twin.nodes):
+        assert new.attrs == old.attrs and new.attrs is not old.attrs
+    twin.nodes[0].attrs["extra"] = [1]
+    twin.add_input("only_in_the_copy", TensorType((1,), D.float32))
+    assert "extra" not in graph.nodes[0].attrs and "only_in_the_copy" not in graph._names
