@@ -83,7 +83,7 @@ class _Fuser:
         # sets (cheap to contract); networkx checks the final one (``schedule``)
         self.succ = {i: set() for i in range(len(self.nodes))}
         self.pred = {i: set() for i in range(len(self.nodes))}
-        # a topological order of the units, kept valid across merges (``_reorder``), so a
+        # a topological order of the units, kept valid across merges (``_place``), so a
         # path between two units can only pass through the units placed between them
         self.pos = list(range(len(self.nodes)))
         producer = {v.name: j for j, n in enumerate(self.nodes) for v in n.outputs}
@@ -174,21 +174,35 @@ class _Fuser:
                     stack.append(nxt)
         return reached
 
+    def _inner_links(self, x: int, y: int) -> tuple:
+        """Whether ``x`` (earlier) has successors and ``y`` predecessors, other than each
+        other, placed between them: a path from ``x`` to ``y`` needs both."""
+        lo, hi = self.pos[x], self.pos[y]
+        return (any(self.pos[u] < hi for u in self.succ[x] if u != y),
+                any(self.pos[u] > lo for u in self.pred[y] if u != x))
+
     def _cycle_witness(self, a: int, b: int) -> int | None:
         """A node on a path between ``a`` and ``b`` that leaves both (None: no such path).
         Only the units placed between them in the topological order are searched."""
         x, y = self._ordered(a, b)
+        if not all(self._inner_links(x, y)):
+            return None
         end = self.pos[y]
         for unit in self._between(x, y, self.succ, lambda u: self.pos[u] < end):
             if y in self.succ[unit]:
                 return self.groups[unit].members[0] if unit in self.groups else unit
         return None
 
-    def _reorder(self, x: int, y: int) -> None:
-        """Before ``x`` (earlier) and ``y`` merge: move the units between them that lead to
-        ``y`` before ``x``, and those ``x`` leads to after ``y``, keeping every other unit
-        where it is (Pearce and Kelly's reordering), so the merged unit has a valid place.
-        Assumes no path from ``x`` to ``y`` other than direct edges."""
+    def _place(self, x: int, y: int) -> int:
+        """The position of the unit ``x`` (earlier) and ``y`` merge into, after moving the
+        units between them that lead to ``y`` before ``x`` and those ``x`` leads to after
+        ``y`` when both kinds exist, keeping every other unit where it is (Pearce and Kelly's
+        reordering). Assumes no path from ``x`` to ``y`` other than direct edges."""
+        ahead, behind = self._inner_links(x, y)
+        if not behind:  # every other predecessor of y comes before x
+            return self.pos[x]
+        if not ahead:  # every other successor of x comes after y
+            return self.pos[y]
         lo, hi = self.pos[x], self.pos[y]
         ahead = self._between(x, y, self.succ, lambda u: self.pos[u] < hi)
         behind = self._between(y, x, self.pred, lambda u: self.pos[u] > lo)
@@ -197,13 +211,14 @@ class _Fuser:
             sorted(ahead, key=self.pos.__getitem__)
         for unit, slot in zip(moved, slots):
             self.pos[unit] = slot
+        return self.pos[x]
 
     # ---- merging -------------------------------------------------------------------------------
 
     def merge(self, a: int, b: int) -> None:
-        self._reorder(*self._ordered(a, b))
+        place = self._place(*self._ordered(a, b))
         keep, gone = min(a, b), max(a, b)
-        self.pos[keep] = min(self.pos[a], self.pos[b])
+        self.pos[keep] = place
         gk, gg = self.groups[keep], self.groups.pop(gone)
         pivot = gk.pivot if gk.pivot is not None else gg.pivot
         if pivot is not None:
