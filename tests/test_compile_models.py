@@ -98,7 +98,9 @@ def test_model_zoo_whole_step_equals_eager_steps(name, make, inputs):
             np.testing.assert_allclose(compiled_step(*inputs).numpy(),
                                        eager_step(*inputs).detach().numpy(), rtol=1e-5,
                                        atol=1e-6)
-    assert compiled_step.compiles == 2  # the first step created gradients and momentum
+    # the first step ran eagerly, creating gradients and momentum; the steady form was
+    # compiled at its end, so the two later steps ran compiled code without recompiling
+    assert compiled_step.compiles == 1 and compiled_step.recompile_reasons == []
     ours, theirs = models[0].state_dict(), models[1].state_dict()
     for key in theirs:
         np.testing.assert_allclose(ours[key].numpy(), theirs[key].numpy(), rtol=2e-4,
@@ -328,7 +330,7 @@ def test_seed_training_loop_as_one_compiled_step_matches_torch_step_by_step():
             opt_t.step()
             np.testing.assert_allclose(step(graphnn.tensor(row)).numpy(),
                                        loss_t.detach().numpy(), rtol=1e-5, atol=1e-6)
-    assert step.compiles == 2
+    assert step.compiles == 1 and step.recompile_reasons == []
     for key, value in theirs.state_dict().items():
         np.testing.assert_allclose(ours.state_dict()[key].numpy(), value.numpy(), rtol=1e-5,
                                    atol=1e-6, err_msg=key)

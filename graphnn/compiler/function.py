@@ -34,8 +34,10 @@ recompile is logged on the "graphnn" logger (INFO) and kept in ``recompile_reaso
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
+import gc
 import inspect
 import logging
 import threading
@@ -48,11 +50,12 @@ from . import step as compiled_step
 from .dynamic_batch import PROBE_SIZES, DynamicBatch, EveryBatch, program_text
 from .entry import Entry
 from .random_inputs import RandomInputs, has_seeded_ops, lift_random
-from .results import result_template
+from .results import detached, result_template
 from .step_state import StepState
 from .training import TapeBackward
 from ..frontend import trace_state
 from ..frontend.grad_mode import is_grad_enabled
+from ..frontend.random import get_rng_state, set_rng_state
 from ..frontend.tensor import Tensor
 from ..ir.graph import flatten_structure
 from ..nn import hooks as H
@@ -83,6 +86,7 @@ class _Staged:
     random: RandomInputs
     graph: object  # the traced graph (random values lifted), before any pass
     build: object  # () -> (stages.Built, make)
+    slots: object = None  # a whole step's ``step.SlotChanges`` (None: not a step)
 
     @functools.cached_property
     def program(self) -> str:
@@ -106,6 +110,22 @@ class _Ran:
 
     def __init__(self, result):
         self.result = result
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector off while a signature compiles. A compile makes
+    hundreds of thousands of IR objects that refer to each other (values and their producer
+    nodes), and the collections their allocation triggers scan every live object again and
+    again: a third or more of a large model's compile time. The collector is switched back on
+    (if it was on) afterwards, and collects the compile's garbage at its next run."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _is_module(obj) -> bool:
@@ -203,6 +223,7 @@ class CompiledFunction:
         self._lock = threading.RLock()
         self._dynamic = self._dynamic_batch()
         self._warned = set()
+        self._warmed = set()  # cold signatures whose call ran eagerly to create state
         self.recompile_reasons = []
         self.compiles = 0
 
@@ -244,29 +265,42 @@ class CompiledFunction:
                             f"(hooks are not traced into compiled code)")
             return self._eager(*args, **kwargs)
         tensors, static = _flatten_call(self._signature, args, kwargs)
+        sig, state = self._signature_of(call, tensors, static)
+        entry = self._entries.get(sig)
+        if entry is _STATIC or (isinstance(entry, EveryBatch) and
+                                not self._dynamic.same_program(entry, args, kwargs, tensors)):
+            sig = replace(sig, inputs=tuple(spec_of(t) for t in tensors))  # this batch size
+            entry = self._entries.get(sig)  # gets a kernel of its own
+        if entry is None:
+            with self._lock:
+                entry = self._entries.get(sig)
+                if entry is None:
+                    with _collector_paused():
+                        entry = self._new_entry(sig, args, kwargs, tensors)
+                    if isinstance(entry, _Ran):  # this call ran eagerly (see _new_entry)
+                        return entry.result
+        if entry is _EAGER:
+            return self._eager(*args, **kwargs)
+        return entry(tensors, state)
+
+    def _signature_of(self, call, tensors, static):
+        """(the call's ``Signature``, its state tensors by name)."""
         state = {name: t for name, t, _ in call.bindings}
         training = bool(getattr(self._module, "training", False))
         inputs = tuple(spec_of(t) for t in tensors)
         sig = Signature((self.dynamic and with_dynamic_batch(inputs)) or inputs, static,
                         tuple((k, spec_of(t)) for k, t in state.items()),
                         training, is_grad_enabled(), call.key)
-        entry = self._entries.get(sig)
-        if entry is _STATIC or (isinstance(entry, EveryBatch) and
-                                not self._dynamic.same_program(entry, args, kwargs, tensors)):
-            sig = replace(sig, inputs=inputs)  # this batch size gets a kernel of its own
-            entry = self._entries.get(sig)
-        if entry is None:
-            with self._lock:
-                entry = self._entries.get(sig)
-                if entry is None:
-                    entry = self._new_entry(sig, args, kwargs, tensors)
-                    if isinstance(entry, _Ran):  # compile failed; this call ran eagerly
-                        return entry.result
-        if entry is _EAGER:
-            return self._eager(*args, **kwargs)
-        return entry(tensors, state)
+        return sig, state
 
     def _new_entry(self, sig, args, kwargs, tensors):
+        """The entry compiled for ``sig`` (or ``_EAGER`` past the recompile limit), or a
+        ``_Ran`` holding the result of this call run eagerly: when compiling failed, and when
+        the call is a step that creates or drops state (its first call, which creates the
+        gradients and the optimizer state): it runs eagerly, as the call that initialises the
+        state, and the step's steady-state form is compiled right after it for the state as
+        it now is, so the next call runs compiled code without compiling again. A signature
+        seen cold a second time compiles as it is."""
         compiled = [s for s, e in self._entries.items() if e is not _EAGER and e is not _STATIC]
         if len(compiled) >= self.recompile_limit:
             self._warn_once("limit", f"graphnn: {self.name} reached recompile_limit="
@@ -279,25 +313,59 @@ class CompiledFunction:
             log.info(message)
             self.recompile_reasons.append(message)
         try:
+            rng = get_rng_state()
             staged = self._staged(sig, args, kwargs, tensors)
-            entry = self._dynamic.every_batch(staged, sig, args, kwargs, tensors) \
-                if sig.dynamic else None
-            if entry is None or not entry.checked:  # this call's batch size: its own kernel
-                if sig.dynamic:
-                    self._entries[sig] = _STATIC if entry is None else entry
-                    sig = replace(sig, inputs=tuple(spec_of(t) for t in tensors))
-                entry = staged.make({name: self._artifact(stage, name)
-                                     for name, stage in staged.built.stages.items()},
-                                    staged.random)
-            self.compiles += 1
+            if sig not in self._warmed and _changes_state_layout(staged.slots, sig):
+                self._warmed.add(sig)
+                set_rng_state(rng)  # the eager call draws what the trace drew
+                result = detached(self._eager(*args, **kwargs))
+                self._compile_steady_state(args, kwargs)
+                return _Ran(result)
+            entry = self._compile(staged, sig, args, kwargs, tensors)
         except Exception as error:  # noqa: BLE001
             self._last = sig
             self._entries[sig] = _EAGER
             result = self._eager(*args, **kwargs)  # a bad input raises eager's own error here
-            warnings.warn(CompileWarning(f"graphnn: compiling {self.name} failed "
-                                         f"({type(error).__name__}: {error}); running eagerly"),
-                          stacklevel=4)
+            self._warn_compile_failed(error)
             return _Ran(result)
+        return entry
+
+    def _compile_steady_state(self, args, kwargs):
+        """Compile the call ``args``/``kwargs`` for the state as it is now (after a step
+        created it); a failure leaves that signature eager, with a warning."""
+        tensors, static = _flatten_call(self._signature, args, kwargs)
+        sig, _ = self._signature_of(self._step_state.read(), tensors, static)
+        if sig in self._entries:
+            return
+        rng = get_rng_state()
+        try:
+            entry = self._compile(self._staged(sig, args, kwargs, tensors), sig, args, kwargs,
+                                  tensors)
+            getattr(entry, "inner", entry).random.draw_fresh_seeds()  # its trace's are undone
+        except Exception as error:  # noqa: BLE001
+            self._last = sig
+            self._entries[sig] = _EAGER
+            self._warn_compile_failed(error)
+        finally:
+            set_rng_state(rng)
+
+    def _warn_compile_failed(self, error):
+        warnings.warn(CompileWarning(f"graphnn: compiling {self.name} failed "
+                                     f"({type(error).__name__}: {error}); running eagerly"),
+                      stacklevel=5)
+
+    def _compile(self, staged, sig, args, kwargs, tensors):
+        """Build and store the entry of the traced call ``staged`` for ``sig``."""
+        entry = self._dynamic.every_batch(staged, sig, args, kwargs, tensors) \
+            if sig.dynamic else None
+        if entry is None or not entry.checked:  # this call's batch size: its own kernel
+            if sig.dynamic:
+                self._entries[sig] = _STATIC if entry is None else entry
+                sig = replace(sig, inputs=tuple(spec_of(t) for t in tensors))
+            entry = staged.make({name: self._artifact(stage, name)
+                                 for name, stage in staged.built.stages.items()},
+                                staged.random)
+        self.compiles += 1
         self._last = sig
         self._entries[sig] = entry
         return entry
@@ -361,7 +429,7 @@ class CompiledFunction:
                 entry.template = holder[0] if holder else None
                 return entry
             return built, make_with_template
-        return _Staged(random, graph, build)
+        return _Staged(random, graph, build, step[1] if step is not None else None)
 
     def _artifact_options(self, plan, stage) -> str:
         writes = sorted(plan.updates.items()) if plan is not None else []
@@ -384,7 +452,7 @@ class CompiledFunction:
                            else StepState.of_module(new._module))
         new._entries, new._last, new._lock = {}, None, threading.RLock()
         new._dynamic = new._dynamic_batch()
-        new._warned, new.recompile_reasons, new.compiles = set(), [], 0
+        new._warned, new._warmed, new.recompile_reasons, new.compiles = set(), set(), [], 0
         return new
 
     def kernel_sources(self) -> dict:
@@ -397,6 +465,17 @@ class CompiledFunction:
 
     def __repr__(self):
         return f"<graphnn compiled {self.name}: {len(self._entries)} signatures>"
+
+
+def _changes_state_layout(changes, sig) -> bool:
+    """Whether a step whose trace made slot ``changes`` (None: not a step) leaves state
+    tensors of other names than ``sig``'s: it creates gradients or optimizer state, or clears
+    some, so the next call's signature differs."""
+    if changes is None:
+        return False
+    before = {name for name, _ in sig.state}
+    cleared = {slot.name for slot in changes.cleared}
+    return (before - cleared) | set(changes.rebound) != before
 
 
 def _differentiated(sig, graph, tensors):

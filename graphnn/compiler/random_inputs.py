@@ -41,6 +41,10 @@ class RandomInputs:
         whose trace drew the seeds eager would have) instead of fresh ones."""
         self.specs, self._traced = list(compiling.specs), True
 
+    def draw_fresh_seeds(self) -> None:
+        """Draw fresh seeds from the next call on: the trace's draws were rolled back."""
+        self._traced = False
+
     def with_batch(self, probes, sizes, carrier):
         """This list (a probe's) for every batch size, from the lists traced at ``sizes``;
         it draws fresh seeds from its first call on."""

@@ -2,7 +2,8 @@
 
 ``result_template(result)`` records the containers of an eager result (list, tuple,
 namedtuple, dict); ``to_tensors(structure, template)`` wraps a kernel's output arrays in them;
-``flat_tensors`` lists the tensors of a result in order.
+``flat_tensors`` lists the tensors of a result in order; ``detached`` is an eager result as
+a compiled step returns it (tensors without autograd history).
 """
 from __future__ import annotations
 
@@ -44,3 +45,18 @@ def flat_tensors(structure) -> list:
     if isinstance(structure, dict):
         return [t for v in structure.values() for t in flat_tensors(v)]
     return []
+
+
+def detached(result):
+    """``result`` with each tensor detached, in the same containers: what a compiled step
+    returns, for the eager call that creates a step's state."""
+    if isinstance(result, Tensor):
+        return result.detach()
+    if isinstance(result, (tuple, list)):
+        items = [detached(v) for v in result]
+        if isinstance(result, list):
+            return items
+        return type(result)(*items) if hasattr(result, "_fields") else tuple(items)
+    if isinstance(result, dict):
+        return {k: detached(v) for k, v in result.items()}
+    return result
