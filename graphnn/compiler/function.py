@@ -296,11 +296,13 @@ class CompiledFunction:
     def _new_entry(self, sig, args, kwargs, tensors):
         """The entry compiled for ``sig`` (or ``_EAGER`` past the recompile limit), or a
         ``_Ran`` holding the result of this call run eagerly: when compiling failed, and when
-        the call is a step that creates or drops state (its first call, which creates the
-        gradients and the optimizer state): it runs eagerly, as the call that initialises the
-        state, and the step's steady-state form is compiled right after it for the state as
-        it now is, so the next call runs compiled code without compiling again. A signature
-        seen cold a second time compiles as it is."""
+        the call is a training step's first (``_warm_up``): the optimizers reached have a
+        parameter without a gradient or state (``StepState.state_missing``, checked before
+        tracing), or the trace shows the call creates or clears gradients or optimizer state.
+        That call runs eagerly, as the call that initialises the state, and the step is
+        compiled right after it for the state as it now is, so the next call runs compiled
+        code without compiling again. A signature seen cold a second time compiles as it
+        is."""
         compiled = [s for s, e in self._entries.items() if e is not _EAGER and e is not _STATIC]
         if len(compiled) >= self.recompile_limit:
             self._warn_once("limit", f"graphnn: {self.name} reached recompile_limit="
@@ -313,14 +315,13 @@ class CompiledFunction:
             log.info(message)
             self.recompile_reasons.append(message)
         try:
+            if sig not in self._warmed and self._step_state.state_missing():
+                return self._warm_up(sig, args, kwargs)  # no trace of the cold form
             rng = get_rng_state()
             staged = self._staged(sig, args, kwargs, tensors)
             if sig not in self._warmed and _changes_state_layout(staged.slots, sig):
-                self._warmed.add(sig)
                 set_rng_state(rng)  # the eager call draws what the trace drew
-                result = detached(self._eager(*args, **kwargs))
-                self._compile_steady_state(args, kwargs)
-                return _Ran(result)
+                return self._warm_up(sig, args, kwargs)
             entry = self._compile(staged, sig, args, kwargs, tensors)
         except Exception as error:  # noqa: BLE001
             self._last = sig
@@ -330,24 +331,28 @@ class CompiledFunction:
             return _Ran(result)
         return entry
 
-    def _compile_steady_state(self, args, kwargs):
-        """Compile the call ``args``/``kwargs`` for the state as it is now (after a step
-        created it); a failure leaves that signature eager, with a warning."""
+    def _warm_up(self, sig, args, kwargs) -> _Ran:
+        """Run the cold call of signature ``sig`` (a step whose state is missing) eagerly,
+        then compile the call for the state as it is now (a failure leaves that signature
+        eager, with a warning). The result comes back detached, as compiled steps return
+        theirs."""
+        self._warmed.add(sig)
+        result = self._eager(*args, **kwargs)
         tensors, static = _flatten_call(self._signature, args, kwargs)
-        sig, _ = self._signature_of(self._step_state.read(), tensors, static)
-        if sig in self._entries:
-            return
-        rng = get_rng_state()
-        try:
-            entry = self._compile(self._staged(sig, args, kwargs, tensors), sig, args, kwargs,
-                                  tensors)
-            getattr(entry, "inner", entry).random.draw_fresh_seeds()  # its trace's are undone
-        except Exception as error:  # noqa: BLE001
-            self._last = sig
-            self._entries[sig] = _EAGER
-            self._warn_compile_failed(error)
-        finally:
-            set_rng_state(rng)
+        steady, _ = self._signature_of(self._step_state.read(), tensors, static)
+        if steady not in self._entries:
+            rng = get_rng_state()
+            try:
+                entry = self._compile(self._staged(steady, args, kwargs, tensors), steady,
+                                      args, kwargs, tensors)
+                getattr(entry, "inner", entry).random.draw_fresh_seeds()  # trace's undone
+            except Exception as error:  # noqa: BLE001
+                self._last = steady
+                self._entries[steady] = _EAGER
+                self._warn_compile_failed(error)
+            finally:
+                set_rng_state(rng)
+        return _Ran(detached(result))
 
     def _warn_compile_failed(self, error):
         warnings.warn(CompileWarning(f"graphnn: compiling {self.name} failed "

@@ -16,7 +16,7 @@ from ..frontend.random import next_seed
 from ..ir.graph import map_structure
 from ..ir.registry import get_op
 from ..ir.types import TensorType
-from ..ir.verifier import verify
+from ..ir.verifier import verify_in_debug_mode
 from ..runtime.shape_template import LinearSize, NotGeneric
 
 
@@ -85,12 +85,14 @@ def lift_random(graph):
     RandomInputs)."""
     g = copy.deepcopy(graph)
     replace, keep, specs = {}, [], []
+    taken = {v.name for v in g.values()}
     for node in g.nodes:
         node.inputs = [replace.get(v.name, v) for v in node.inputs]
         if node.attrs.get("seed") is not None and not node.inputs and len(node.outputs) == 1:
             name = f"random_{len(specs)}"
-            while name in {v.name for v in g.values()}:
+            while name in taken:
                 name += "_"
+            taken.add(name)
             out = node.outputs[0]
             replace[out.name] = g.add_input(name, out.type, "random")
             specs.append((node.op, dict(node.attrs), out.type))
@@ -98,4 +100,4 @@ def lift_random(graph):
             keep.append(node)
     g.nodes = keep
     g.set_outputs(map_structure(lambda v: replace.get(v.name, v), g.output_roles()))
-    return verify(g), RandomInputs(specs)
+    return verify_in_debug_mode(g), RandomInputs(specs)

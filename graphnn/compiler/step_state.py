@@ -242,6 +242,18 @@ class StepState:
             if not isinstance(v, Tensor))
         return groups, training, non_tensor_state
 
+    def state_missing(self) -> bool:
+        """Whether the optimizers reached have a parameter without a ``.grad`` or without
+        state entries: a training step's first call, which creates them (a cheap guess made
+        before tracing; an optimizer that keeps no state, as SGD without momentum, always
+        looks so)."""
+        if not self.gradients:
+            return False
+        self.refresh()
+        return any(p.grad is None or not opt.state.get(p)
+                   for opt in self.optimizers.values()
+                   for group in opt.param_groups for p in group["params"] if p.requires_grad)
+
     # ---- undoing a trace ---------------------------------------------------------------------
     def snapshot(self):
         grads = [(t, t.grad) for _, t, kind in self._named_state()

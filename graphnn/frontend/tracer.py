@@ -21,8 +21,9 @@ as eagerly (``graphnn.compile`` lifts input-less random ops out and draws them p
 Tracing leaves the model as it was: no parameter or buffer is written (an in-place write gives
 the tensor a new graph value; ``trace`` returns only the forward's result, so a TraceWarning
 says so), module attributes that forward sets to traced tensors are put back (with a
-TraceWarning), the training flag is not touched, and no trace state remains after an error. The
-graph is verified before it is returned.
+TraceWarning), the training flag is not touched, and no trace state remains after an error.
+``trace`` verifies the graph before it returns it; ``trace_with_state`` only in debug mode (the
+compiler verifies each stage graph it builds from it).
 
 ``trace_with_state`` is the compiler's form: named state (parameters, buffers, gradients,
 optimizer state) is bound up front and the graph also returns what was written to it (its
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 
 from ..ir.graph import Graph
 from ..ir.types import TensorType
-from ..ir.verifier import verify
+from ..ir.verifier import verify, verify_in_debug_mode
 from . import trace_state
 from .inplace import refresh_view
 from .tensor import Tensor
@@ -128,7 +129,7 @@ def trace_with_state(fn, args, kwargs, bindings, modules=(), collect=None,
         warnings.warn(TraceWarning(
             f"trace: the function assigned module attribute(s) {', '.join(restored)}; tracing "
             f"put the previous values back"), stacklevel=3)
-    return TracedFunction(verify(state.graph), state.backward_request)
+    return TracedFunction(verify_in_debug_mode(state.graph), state.backward_request)
 
 
 def _is_module(obj) -> bool:

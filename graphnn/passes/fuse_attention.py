@@ -211,7 +211,7 @@ def fuse_attention(graph: Graph) -> Graph:
     """
     consts = Constants(graph)
     users = graph.users()
-    roots, live = _forward_live(graph)
+    forward = None  # (roots, live): computed at the first match
     plans, outcomes = {}, []  # outcomes: a note, or the plan of a fusion, in node order
     for node in graph.nodes:
         try:
@@ -221,10 +221,13 @@ def fuse_attention(graph: Graph) -> Graph:
             check_masks(m, consts)
             check_types(m)
             plans[id(node)] = m
-            outcomes.append((m, check_users(m, users, roots, live)))
+            forward = forward or _forward_live(graph)
+            outcomes.append((m, check_users(m, users, *forward)))
         except (NearMiss, Refused) as e:
             plans.pop(id(node), None)
             outcomes.append(str(e))
+    if not outcomes:
+        return graph  # no pattern, near miss or refusal: nothing to change or note
     made_dead = _live_nodes(graph, {}) - _live_nodes(graph, plans)
     rw = Rewriter(graph)
     for outcome in outcomes:
