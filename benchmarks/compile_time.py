@@ -11,8 +11,9 @@ earlier case or an earlier run is reused.
 Columns:
 - ``nodes``: the node count of the compiled step graph of the last signature (after autodiff
   and the passes: the graph the steady-state kernel is generated from);
-- ``compiles``: how many signatures the step compiled by the end (2 today: the first call has
-  no Adam state yet, the second call does and recompiles);
+- ``compiles``: how many signatures the step compiled by the end (1: the first call, which
+  creates the gradients and Adam's state, runs eagerly and compiles the steady-state step at
+  its end);
 - ``first s``, ``second s``: wall time of the first and second call;
 - ``total s``: compile time until steady state, the time the first ``CALLS`` calls took beyond
   ``CALLS`` steady calls: sum(t_1..t_CALLS) - CALLS * t_steady, with t_steady the median of
@@ -28,7 +29,8 @@ Columns:
 Usage: python benchmarks/compile_time.py [--layers 1,2,4,8,16,32] [--no-torch-compile]
                                          [--only-graphnn] [--timeout S]
 
-The 16- and 32-layer cases take minutes today; ``--layers`` picks a subset.
+``--layers`` picks a subset. Measured here (2 cores, loaded): 0.12 s at 1 layer, 1.8 s at 16 and
+4.0 s at 32, 0.25-0.30 ms per node throughout.
 """
 import argparse
 import json
@@ -99,11 +101,8 @@ def time_calls(step, x, target, compiles=None):
 
 
 def step_graph_nodes(compiled) -> int:
-    """Nodes of the step graph the last compiled signature's kernel was generated from.
-    Assumes a whole-step entry; reads the CompiledFunction's internals (there is no public
-    accessor for the compiled graphs)."""
-    entry = compiled._entries[compiled._last]
-    return len(entry.artifacts["step"].graph.nodes)
+    """Nodes of the step graph the last compiled signature's kernel was generated from."""
+    return len(compiled.graphs()["step"].nodes)
 
 
 def measure_graphnn(layers) -> dict:

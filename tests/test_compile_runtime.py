@@ -304,3 +304,5 @@ def test_kernel_sources_show_the_last_compiled_signature():
     step(graphnn.randn(2, 6))
     (stage, source), = step.kernel_sources().items()
     assert stage == "step" and "fc1.weight" in source
+    (stage, graph), = step.graphs().items()
+    assert stage == "step" and "net.fc1.weight.grad" in {v.name for v in graph.params}

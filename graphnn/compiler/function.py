@@ -460,6 +460,16 @@ class CompiledFunction:
         new._warned, new._warmed, new.recompile_reasons, new.compiles = set(), set(), [], 0
         return new
 
+    def graphs(self) -> dict:
+        """The graph each stage's kernel was generated from, for the most recently compiled
+        signature (``inference``; ``forward`` and ``backward``; or ``step``); empty before
+        any call."""
+        entry = self._entries.get(self._last)
+        if entry is None or entry is _EAGER:
+            return {}
+        return {stage: artifact.graph
+                for stage, artifact in getattr(entry, "inner", entry).artifacts.items()}
+
     def kernel_sources(self) -> dict:
         """The generated source of the most recently compiled signature, by stage
         (``inference``; ``forward`` and ``backward``; or ``step``); empty before any call."""
