@@ -15,8 +15,8 @@ from .frontend.tensor import Size, Tensor, device
 from .frontend.tensor_math import where
 from .frontend.tensor_shape import cat, concat, concatenate, pad, stack
 from .frontend.tracer import trace
-from .ir.dtypes import (DType as dtype, bool_ as bool, float16, float32, float64, int8, int16,
-                        int32, int64, uint8)
+from .ir.dtypes import (DType as dtype, bfloat16, bool_ as bool, float16, float32, float64, int8,
+                        int16, int32, int64, uint8)
 from .ir.errors import GraphnnError
 
 float = float32

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from graphnn.ir.dtypes import from_numpy_dtype
 from graphnn.ir.ops.attention import keep_mask
+from graphnn.ir.torch_arrays import from_torch
 from op_info import F16, F64, FLOATS, I64, Err, OpInfo, Sample
 
 
@@ -83,7 +84,7 @@ def _ref(q, k, v, mask=None, *, scale, causal, has_mask, dropout_p, seed, kv_gro
     if safe_softmax:
         p = p.masked_fill(s.amax(-1, keepdim=True) == -math.inf, 0.0)
     if dropout_p:
-        keep = keep_mask(p.shape, from_numpy_dtype(q.detach().numpy().dtype), dropout_p, seed)
+        keep = keep_mask(p.shape, from_numpy_dtype(from_torch(q).dtype), dropout_p, seed)
         p = p * torch.from_numpy(keep).to(p.dtype) / (1 - dropout_p)
     return p @ v
 

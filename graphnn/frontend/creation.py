@@ -48,7 +48,7 @@ def as_array(data, dtype) -> np.ndarray:
 
 def _checked(arr: np.ndarray) -> np.ndarray:
     """``arr`` if graphnn has its dtype; DTypeError naming the supported dtypes otherwise."""
-    if arr.dtype.kind not in "biuf":
+    if arr.dtype.kind not in "biuf" and arr.dtype.name != "bfloat16":
         raise DTypeError(f"graphnn.tensor: could not convert data of dtype {arr.dtype} to a "
                          f"tensor (expected numbers)")
     try:

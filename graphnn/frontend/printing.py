@@ -26,7 +26,7 @@ class _Formatter:
     """Chooses the number format and the common width from the values to be shown."""
 
     def __init__(self, values: np.ndarray):
-        self.floating = values.dtype.kind == "f"
+        self.floating = values.dtype.kind == "f" or values.dtype.name == "bfloat16"
         self.int_mode, self.sci_mode, self.width = True, False, 1
         flat = values.reshape(-1)
         if not self.floating:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.dtypes import (DType, as_dtype, bool_, float16, float32, float64, from_numpy_dtype,
-                         int32, int64)
+from ..ir.dtypes import (DType, as_dtype, bfloat16, bool_, float16, float32, float64,
+                         from_numpy_dtype, int32, int64)
 from ..ir.errors import AutogradError, DTypeError, ShapeError, UnsupportedError
 from . import printing, trace_state
 from .autograd import AccumulateGrad, VersionCounter
@@ -339,6 +339,9 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
 
     def half(self):
         return self.to(float16)
+
+    def bfloat16(self):
+        return self.to(bfloat16)
 
     def long(self):
         return self.to(int64)

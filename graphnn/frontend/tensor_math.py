@@ -11,7 +11,7 @@ import numbers
 
 import numpy as np
 
-from ..ir.dtypes import bool_, float16, float32, scalar_result_type
+from ..ir.dtypes import LOW_PRECISION, bool_, float32, scalar_result_type
 from ..ir.errors import AttributeError_, DTypeError, UnsupportedError
 from .dispatch import apply1, apply_op
 from .trace_state import readable_data
@@ -32,8 +32,8 @@ def as_operand(value, like):
     """``value`` as a tensor to combine with tensor ``like``; numbers become 0-d tensors.
 
     A number takes the dtype PyTorch gives it next to ``like``. Next to a dimensioned float16
-    tensor it stays float32, because float16 ops compute in float32 (PyTorch's opmath) and a
-    0-d operand of the same category does not change the result dtype. A Python bool stays a
+    or bfloat16 tensor it stays float32, because those ops compute in float32 (PyTorch's
+    opmath) and a 0-d operand of the same category does not change the result dtype. A Python bool stays a
     bool tensor (the lowest category, so it never changes the result dtype, and ops that refuse
     bool operands, like ``sub``, see it).
     """
@@ -42,7 +42,7 @@ def as_operand(value, like):
         return value
     if is_number(value):
         dtype = bool_ if isinstance(value, (bool, np.bool_)) else scalar_result_type(like.dtype, value)
-        if dtype is float16 and like.ndim:
+        if dtype in LOW_PRECISION and like.ndim:
             dtype = float32
         try:  # through NumPy's int64/float64 first: a narrower int wraps around, as in PyTorch
             return Tensor._wrap(np.asarray(value).astype(dtype.np))

@@ -3,12 +3,33 @@
 A ``DType`` is an immutable descriptor mapping to one NumPy dtype. Promotion follows PyTorch:
 operands are ranked by category (bool < integer < floating); among operands of the highest
 category, dimensioned tensors decide the result before zero-dimensional tensors do.
+
+``bfloat16``'s NumPy dtype comes from the ``ml_dtypes`` package, imported the first time a
+bfloat16 array is needed, so the core install needs only NumPy. float16 and bfloat16 are the
+*low-precision* floats: ops compute them in float32 and round once (``compute_dtype``), as
+PyTorch's CPU kernels do.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
+
+from .errors import DTypeError
+
+
+@functools.cache
+def _numpy_dtype(np_name: str) -> np.dtype:
+    """The NumPy dtype called ``np_name``; bfloat16's from ml_dtypes, imported on first use."""
+    if np_name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise DTypeError("graphnn.bfloat16 needs the ml_dtypes package, which provides its "
+                             "NumPy dtype: pip install ml_dtypes") from None
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(np_name)
 
 
 @dataclass(frozen=True)
@@ -22,7 +43,7 @@ class DType:
 
     @property
     def np(self) -> np.dtype:
-        return np.dtype(self.np_name)
+        return _numpy_dtype(self.np_name)
 
     @property
     def is_floating_point(self) -> bool:
@@ -53,11 +74,13 @@ int16 = DType("int16", "i16", "int16", 1)
 int32 = DType("int32", "i32", "int32", 1)
 int64 = DType("int64", "i64", "int64", 1)
 float16 = DType("float16", "f16", "float16", 2)
+bfloat16 = DType("bfloat16", "bf16", "bfloat16", 2)
 float32 = DType("float32", "f32", "float32", 2)
 float64 = DType("float64", "f64", "float64", 2)
 
-ALL_DTYPES = (bool_, uint8, int8, int16, int32, int64, float16, float32, float64)
-_BY_NP = {d.np: d for d in ALL_DTYPES}
+ALL_DTYPES = (bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)
+LOW_PRECISION = (float16, bfloat16)  # computed in float32, rounded once per op
+_BY_NP = {d.np: d for d in ALL_DTYPES if d is not bfloat16}  # bfloat16: on first sight
 _BY_NAME = {d.name: d for d in ALL_DTYPES} | {d.short: d for d in ALL_DTYPES}
 _BY_NAME.update({"float": float32, "double": float64, "half": float16, "long": int64,
                  "int": int32, "short": int16})
@@ -68,10 +91,36 @@ DEFAULT_FLOAT = float32
 def from_numpy_dtype(np_dtype) -> DType:
     """The graphnn dtype of a NumPy dtype; TypeError for dtypes graphnn has no equivalent of."""
     try:
-        return _BY_NP[np.dtype(np_dtype)]
-    except KeyError:
-        raise TypeError(f"graphnn: NumPy dtype {np.dtype(np_dtype)} has no graphnn equivalent; "
-                        f"supported: {', '.join(d.name for d in ALL_DTYPES)}") from None
+        return _BY_NP[np_dtype]
+    except (KeyError, TypeError):
+        pass
+    dt = np.dtype(np_dtype)
+    if dt.name == "bfloat16" and dt == bfloat16.np:  # ml_dtypes is loaded: it made this array
+        _BY_NP[dt] = bfloat16
+    if dt not in _BY_NP:
+        raise TypeError(f"graphnn: NumPy dtype {dt} has no graphnn equivalent; "
+                        f"supported: {', '.join(d.name for d in ALL_DTYPES)}")
+    return _BY_NP[dt]
+
+
+def finfo(dtype: DType):
+    """``np.finfo`` of a floating dtype (ml_dtypes' for bfloat16, which NumPy's refuses)."""
+    if dtype is bfloat16:
+        import ml_dtypes
+        return ml_dtypes.finfo(bfloat16.np)
+    return np.finfo(dtype.np)
+
+
+def compute_dtype(dtype: DType) -> DType:
+    """The dtype ops compute ``dtype`` values in: float32 for the low-precision floats."""
+    return float32 if dtype in LOW_PRECISION else dtype
+
+
+def compute_np(np_dtype: np.dtype) -> np.dtype:
+    """``compute_dtype`` for a NumPy dtype (float16 and bfloat16 arrays compute in float32)."""
+    if np_dtype == np.float16 or np_dtype.name == "bfloat16":
+        return np.dtype(np.float32)
+    return np_dtype
 
 
 def dtype_from_name(name: str) -> DType:
@@ -103,6 +152,10 @@ def promote_pair(a: DType, b: DType) -> DType:
         return a
     if a.category != b.category:
         return a if a.category > b.category else b
+    if a in LOW_PRECISION and b in LOW_PRECISION:  # float16 with bfloat16, as PyTorch
+        return float32
+    if bfloat16 in (a, b):  # NumPy knows no promotion for it; the other is wider
+        return b if a is bfloat16 else a
     return from_numpy_dtype(np.promote_types(a.np, b.np))
 
 

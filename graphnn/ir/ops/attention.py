@@ -18,13 +18,13 @@ reproduces the unfused one.
 The gradient rule recomputes the probabilities from q, k and the mask (as flash attention's
 backward does) and is written in registry ops only. The decomposition is the reference's
 computation in registry ops (heads repeated by reshape/expand, matmuls, where, softmax; dropout
-draws the same keep mask with the ``rand`` op and the same seed), float16 through float32.
+draws the same keep mask with the ``rand`` op and the same seed), float16 and bfloat16 through float32.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import bool_, from_numpy_dtype
+from ..dtypes import bool_, compute_np, from_numpy_dtype
 from ..errors import AttributeError_, DTypeError, ShapeError
 from ..registry import Attr, OpDef, OpGroup, get_op, register
 from ..types import TensorType
@@ -104,7 +104,7 @@ def keep_mask(shape, dtype, p: float, seed: int) -> np.ndarray:
 def _attention(q, k, v, mask=None, *, scale, causal, has_mask, dropout_p, seed, kv_groups,
                safe_softmax):
     dtype = from_numpy_dtype(q.dtype)
-    compute = np.float32 if q.dtype == np.float16 else q.dtype
+    compute = compute_np(q.dtype)
     q, k, v = (x.astype(compute, copy=False) for x in (q, k, v))
     if kv_groups > 1:
         k, v = np.repeat(k, kv_groups, axis=-3), np.repeat(v, kv_groups, axis=-3)

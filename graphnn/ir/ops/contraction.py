@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import compute_np
 from ..errors import DTypeError, ShapeError
 from ..registry import OpDef, OpGroup, register
 from ..types import TensorType
@@ -34,9 +35,8 @@ def _matmul_infer(types):
 
 
 def _matmul(a, b):
-    if a.dtype == np.float16:
-        return np.matmul(a.astype(np.float32), b.astype(np.float32))
-    return np.matmul(a, b)
+    compute = compute_np(a.dtype)  # float16/bfloat16 in float32, rounded once by the caller
+    return np.matmul(a.astype(compute, copy=False), b.astype(compute, copy=False))
 
 
 def _swap_last(b, v):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ..dtypes import compute_np
 from ..errors import DTypeError, ShapeError
 from ..registry import Attr, OpDef, OpGroup, register
 from ..types import TensorType
@@ -75,7 +76,7 @@ def _windows(x, kh, kw, stride, padding, dilation):
 
 
 def _compute_dtype(x):
-    return np.float32 if x.dtype == np.float16 else x.dtype
+    return compute_np(x.dtype)
 
 
 def _conv2d(x, w, bias=None, *, stride, padding, dilation, groups):

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ..dtypes import float32, int64
+from ..dtypes import finfo, float32, int64
 from ..errors import DTypeError, ShapeError
 from ..registry import Attr, NotDifferentiable, OpDef, OpGroup, register
 from ..types import INT64_MAX, TensorType
@@ -59,7 +59,7 @@ def _rand(*, shape, dtype, seed):
     """Multiples of 2**-bits for the dtype's mantissa bits: exact, so never rounded up to 1."""
     if dtype.np == np.float64:
         return _generator(seed).random(shape, dtype=np.float64)
-    bits = np.finfo(dtype.np).nmant + 1
+    bits = finfo(dtype).nmant + 1
     return (_generator(seed).integers(0, 2 ** bits, size=shape) * 2.0 ** -bits).astype(dtype.np)
 
 

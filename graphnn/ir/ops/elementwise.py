@@ -2,7 +2,7 @@
 
 Every op here broadcasts its inputs, promotes dtypes as PyTorch does (``result`` selects the
 output rule: the promoted dtype, a floating dtype, bool, or a function of types and attributes),
-and computes float16 in float32 before rounding back, as PyTorch's CPU kernels do.
+and computes float16 and bfloat16 in float32 before rounding back, as PyTorch's CPU kernels do.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ..dtypes import bool_, float16, float32, scalar_result_type
+from ..dtypes import LOW_PRECISION, bool_, compute_np, scalar_result_type
 from ..errors import DTypeError
 from ..registry import Attr, NotDifferentiable, OpDef, OpGroup, register, type_of_array
 from ..types import TensorType
@@ -37,7 +37,8 @@ def _result_dtype(name, result, types, attrs):
 
 
 def _make_impl(name, fn, result, data_from):
-    """Wrap a NumPy function: cast operands to the compute dtype, float16 through float32.
+    """Wrap a NumPy function: cast operands to the compute dtype, float16 and bfloat16
+    through float32.
 
     The compute dtype depends only on the operands' dtypes and on which are 0-d (and, for a
     ``result`` function, on the attributes), so it is remembered per such key."""
@@ -62,13 +63,11 @@ def _make_impl(name, fn, result, data_from):
 
     def impl(*arrays, **attrs):
         compute = compute_dtype(arrays[data_from:], attrs)
-        rounded = compute is float16
-        if rounded:
-            compute = float32
-        cast = list(arrays[:data_from]) + [a.astype(compute.np, copy=False)
+        rounded = compute in LOW_PRECISION
+        cast = list(arrays[:data_from]) + [a.astype(compute_np(compute.np), copy=False)
                                            for a in arrays[data_from:]]
         out = fn(*cast, **attrs)
-        return out.astype(np.float16) if rounded and out.dtype == np.float32 else out
+        return out.astype(compute.np) if rounded and out.dtype == np.float32 else out
     return impl
 
 
@@ -385,7 +384,7 @@ def _grad_gelu(b, ctx, g):
 
 
 def _decompose_gelu(b, ctx):
-    """``_gelu``'s formula step by step, float16 through float32."""
+    """``_gelu``'s formula step by step, float16 and bfloat16 through float32."""
     x = upcast(b, ctx.input(0))
 
     def c(v):

@@ -217,7 +217,7 @@ def _grad_epilogue(anchor: str, bias_grad):
 
 def _decompose_epilogue(anchor: str, bias_shape):
     """The decomposition of a fused op whose anchor is registry op ``anchor``:
-    ``act(anchor(p, q) + reshape(bias) + residual)``, float16 through float32 as the reference."""
+    ``act(anchor(p, q) + reshape(bias) + residual)``, float16 and bfloat16 through float32 as the reference."""
     def rule(b, ctx):
         attrs = ctx.attrs
         operands = [upcast(b, ctx.input(i)) for i in range(len(ctx.input_types))]

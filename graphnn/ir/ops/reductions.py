@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from ..dtypes import int64
+from ..dtypes import compute_np, int64
 from ..errors import DTypeError, ShapeError
 from ..registry import Attr, NotDifferentiable, OpDef, OpGroup, register
 from ..types import TensorType
@@ -79,9 +79,8 @@ def _float_only(op, t):
 
 
 def _sum(x, axes, keepdim):
-    acc = np.float32 if x.dtype == np.float16 else None
-    return np.sum(x, axis=axes, keepdims=keepdim, dtype=acc if acc else (
-        x.dtype if x.dtype.kind == "f" else np.int64))
+    acc = compute_np(x.dtype) if _is_float(x) else np.int64
+    return np.sum(x, axis=axes, keepdims=keepdim, dtype=acc)
 
 
 _reduction("sum", _sum, lambda b, ctx, g: [_unreduce(b, ctx, g)], _sum_dtype, saves_inputs=())
@@ -89,7 +88,7 @@ _reduction("sum", _sum, lambda b, ctx, g: [_unreduce(b, ctx, g)], _sum_dtype, sa
 
 def _mean(x, axes, keepdim):
     """sum / count (NumPy's mean warns on empty slices; 0 / 0 is simply nan here)."""
-    acc = np.float32 if x.dtype == np.float16 else x.dtype
+    acc = compute_np(x.dtype)
     n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     return np.sum(x, axis=axes, keepdims=keepdim, dtype=acc) / np.array(n, dtype=acc)
 
@@ -99,7 +98,7 @@ def _grad_mean(b, ctx, g):
 
 
 def _decompose_mean(b, ctx):
-    """sum / count, float16 through float32 (0 / 0 is NaN for an empty reduction)."""
+    """sum / count, float16 and bfloat16 through float32 (0 / 0 is NaN for an empty reduction)."""
     total = b.sum(upcast(b, ctx.input(0)), dims=ctx.attrs["dims"], keepdim=ctx.attrs["keepdim"])
     mean = b.div(total, b.scalar(_count(ctx), b.dtype(total)))
     return [as_dtype(b, mean, ctx.output_types[0].dtype)]
@@ -124,7 +123,7 @@ _reduction("amin", lambda x, a, k: np.amin(x, axis=a, keepdims=k), _grad_extreme
 
 
 def _var(x, axes, keepdim, *, correction):
-    acc = np.float32 if x.dtype == np.float16 else x.dtype
+    acc = compute_np(x.dtype)
     n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     mean = _mean(x, axes, True)
     sq = np.sum(np.square(x - mean), axis=axes, keepdims=keepdim, dtype=acc)
@@ -203,7 +202,12 @@ _reduction("logsumexp", lambda x, a, k: _logsumexp(x.astype(_float_np(x)), a, k)
 
 
 def _float_np(x):
-    return x.dtype if x.dtype.kind == "f" else np.float32
+    return x.dtype if _is_float(x) else np.float32
+
+
+def _is_float(x) -> bool:
+    """Whether array ``x`` holds a floating dtype (bfloat16 arrays have NumPy kind 'V')."""
+    return x.dtype.kind == "f" or x.dtype.name == "bfloat16"
 
 
 # ---- max/min along one dim with indices, argmax/argmin ----------------------------------------
@@ -307,7 +311,7 @@ def _softmax_infer(name):
 
 
 def _shifted(x, dim):
-    xf = x.astype(np.float32) if x.dtype == np.float16 else x
+    xf = x.astype(compute_np(x.dtype), copy=False)
     if xf.ndim == 0:
         return xf - xf, None
     d = dim % xf.ndim
@@ -340,7 +344,7 @@ def _grad_log_softmax(b, ctx, g):
 
 
 def _decompose_softmax(log: bool):
-    """``_softmax`` / ``_log_softmax`` step by step, float16 through float32."""
+    """``_softmax`` / ``_log_softmax`` step by step, float16 and bfloat16 through float32."""
     def rule(b, ctx):
         x, t, dim = upcast(b, ctx.input(0)), ctx.input_types[0], ctx.attrs["dim"]
         if t.ndim == 0:

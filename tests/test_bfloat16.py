@@ -1,0 +1,223 @@
+"""graphnn.bfloat16 (and float16) against PyTorch: promotion, casts, creation, printing, every
+op of the op table in eager mode, torch interop and serialization.
+
+The op table declares float16 for the ops PyTorch computes in reduced precision; each such op
+runs its float16 samples here again with the float16 arrays rounded to bfloat16 (the same
+shapes, layouts and attributes), against torch on the same bfloat16 inputs.
+"""
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+import graphnn
+from graphnn.frontend.dispatch import apply_op
+from graphnn.ir import REGISTRY
+from graphnn.ir.errors import GraphnnError
+from graphnn.ir.torch_arrays import from_torch, to_torch
+from op_db import F16, OP_DB, Sample
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+DTYPES = ["bfloat16", "float16", "float32", "float64", "int64", "int32", "int8", "uint8", "bool"]
+VALUES = {"f": [1.5, -2.25, 3.0], "i": [3, -2, 5], "u": [3, 2, 5], "b": [True, False, True]}
+
+
+def _kind(dtype: str) -> str:
+    return "f" if "float" in dtype else "u" if dtype == "uint8" else dtype[0]
+
+
+def _make(lib, form, dtype):
+    """A dimensioned tensor, a 0-d tensor or a Python number (``dtype`` is then its kind)."""
+    if form == "number":
+        return {"f": -1.75, "i": 2, "b": True}[dtype]
+    values = VALUES[_kind(dtype)]
+    return lib.tensor(values if form == "tensor" else values[0], dtype=getattr(lib, dtype))
+
+
+def _operands():
+    tensors = [(form, d) for form in ("tensor", "0d") for d in DTYPES]
+    return tensors + [("number", k) for k in "fib"]
+
+
+PAIRS = [(a, b) for a, b in itertools.product(_operands(), repeat=2)
+         if "bfloat16" in (a[1], b[1])]
+BINARY = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b, "div": lambda a, b: a / b,
+          "lt": lambda a, b: a < b}
+
+
+def _as_tensor_pair(lib, a, b):
+    return _make(lib, *a), _make(lib, *b)
+
+
+@pytest.mark.parametrize("op", ["add", "mul", "div", "lt"])
+def test_bfloat16_promotion_and_values_match_torch_for_every_operand_pair(op):
+    """Same dtype as torch, same bits; except ``number / tensor``, which torch computes as
+    ``reciprocal(tensor) * number`` (two roundings) and graphnn as one division."""
+    fn, problems = BINARY[op], []
+    for a, b in PAIRS:
+        theirs = fn(*_as_tensor_pair(torch, a, b))
+        ours = fn(*_as_tensor_pair(graphnn, a, b))
+        want = str(theirs.dtype).replace("torch.", "")
+        rtol = 2.0 ** -7 if op == "div" and a[0] == "number" else 0
+        if ours.dtype.name != want:
+            problems.append(f"{op}{a}{b}: {ours.dtype.name}, torch {want}")
+        elif not np.allclose(ours.double().numpy(), theirs.double().numpy(), rtol=rtol, atol=0):
+            problems.append(f"{op}{a}{b}: {ours.tolist()}, torch {theirs.tolist()}")
+    assert not problems, "\n".join(problems)
+
+
+def test_result_type_of_tensor_pairs_matches_torch():
+    for a, b in itertools.product(DTYPES, repeat=2):
+        for fa, fb in (("tensor", "tensor"), ("tensor", "0d"), ("0d", "tensor")):
+            want = torch.result_type(_make(torch, fa, a), _make(torch, fb, b))
+            out = graphnn.where(graphnn.tensor(True), _make(graphnn, fa, a), _make(graphnn, fb, b))
+            assert out.dtype.name == str(want).replace("torch.", ""), (fa, a, fb, b)
+
+
+# ---- dtype surface ---------------------------------------------------------------------------
+
+def test_dtype_names_casts_and_creation_follow_torch():
+    assert graphnn.bfloat16 is graphnn.ir.dtypes.bfloat16 and repr(graphnn.bfloat16) == \
+        "graphnn.bfloat16"
+    assert graphnn.bfloat16.is_floating_point and graphnn.bfloat16.itemsize == 2
+    x = graphnn.tensor([1.0, 2.7, -3.1, 1e-3, 70000.0])
+    t = torch.tensor([1.0, 2.7, -3.1, 1e-3, 70000.0])
+    for ours, theirs in ((x.bfloat16(), t.bfloat16()), (x.half(), t.half()),
+                         (x.to(graphnn.bfloat16), t.to(torch.bfloat16)),
+                         (x.bfloat16().float(), t.bfloat16().float()),
+                         (x.bfloat16().double(), t.bfloat16().double()),
+                         (x.half().bfloat16(), t.half().bfloat16()),
+                         (x.bfloat16().half(), t.bfloat16().half()),
+                         (x.bfloat16().long(), t.bfloat16().long())):
+        assert ours.dtype.name == str(theirs.dtype).replace("torch.", "")
+        np.testing.assert_array_equal(ours.double().numpy(), theirs.double().numpy())
+    for make in (lambda lib: lib.zeros(2, 3, dtype=lib.bfloat16),
+                 lambda lib: lib.ones(4, dtype=lib.bfloat16),
+                 lambda lib: lib.full((2,), 0.1, dtype=lib.bfloat16),
+                 lambda lib: lib.arange(0, 3, 0.5, dtype=lib.bfloat16),
+                 lambda lib: lib.eye(3, dtype=lib.bfloat16),
+                 lambda lib: lib.tensor([[0.1, 0.2]], dtype=lib.bfloat16),
+                 lambda lib: lib.zeros_like(lib.ones(2, dtype=lib.bfloat16))):
+        ours, theirs = make(graphnn), make(torch)
+        assert ours.dtype is graphnn.bfloat16 and ours.shape == tuple(theirs.shape)
+        np.testing.assert_array_equal(ours.double().numpy(), theirs.double().numpy())
+    ours, theirs = graphnn.linspace(0, 1, 7, dtype=graphnn.bfloat16), torch.linspace(
+        0, 1, 7, dtype=torch.bfloat16)  # torch steps in bfloat16, graphnn rounds exact values
+    np.testing.assert_allclose(ours.double().numpy(), theirs.double().numpy(), rtol=2.0 ** -7)
+    assert graphnn.randn(3, 4, dtype=graphnn.bfloat16).dtype is graphnn.bfloat16
+    assert graphnn.rand(3, dtype=graphnn.bfloat16).dtype is graphnn.bfloat16
+
+
+def test_bfloat16_tensors_print_like_torch():
+    values = [[1.0, 2.5, -3.14159], [1e-3, 300.0, 0.0]]
+    for dtype in ("bfloat16", "float16"):
+        ours = str(graphnn.tensor(values, dtype=getattr(graphnn, dtype)))
+        assert ours == str(torch.tensor(values, dtype=getattr(torch, dtype))).replace(
+            "torch.", "graphnn.")
+
+
+def test_bfloat16_requires_grad_and_backward_match_torch():
+    xs = np.array([0.3, -1.2, 2.5, 0.7], np.float32)
+    x = graphnn.tensor(xs).bfloat16().requires_grad_()
+    t = torch.tensor(xs).bfloat16().requires_grad_()
+    (x.exp() * x).sum().backward()
+    (t.exp() * t).sum().backward()
+    assert x.grad.dtype is graphnn.bfloat16
+    torch.testing.assert_close(to_torch(x.grad.numpy()), t.grad, rtol=1.6e-2, atol=1e-2)
+
+
+def test_without_ml_dtypes_bfloat16_raises_a_clear_error_and_the_rest_works():
+    code = ("import sys; sys.modules['ml_dtypes'] = None\n"
+            "import graphnn\n"
+            "assert (graphnn.ones(2) * 2).tolist() == [2.0, 2.0]\n"
+            "try:\n    graphnn.zeros(2, dtype=graphnn.bfloat16)\n"
+            "except graphnn.GraphnnError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "pip install ml_dtypes" in out.stdout
+
+
+# ---- torch interop and serialization ---------------------------------------------------------
+
+def test_bfloat16_arrays_cross_to_torch_and_back_as_the_same_bits():
+    bits = np.array([0x3F80, 0xC049, 0x7F80, 0xFF80, 0x7FC1, 0x0001, 0x8000], np.uint16)
+    array = bits.view(BF16)
+    t = to_torch(array)
+    assert t.dtype is torch.bfloat16
+    np.testing.assert_array_equal(t.view(torch.int16).numpy().view(np.uint16), bits)
+    back = from_torch(t)
+    assert back.dtype == BF16 and np.array_equal(back.view(np.uint16), bits)
+    assert from_torch(torch.ones(2, dtype=torch.float16)).dtype == np.float16
+    strided = to_torch(np.arange(8, dtype=np.float32).astype(BF16)[::2])
+    assert strided.tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_save_and_load_keep_bfloat16(tmp_path):
+    x = graphnn.tensor([[1.0, -2.5], [3.1, 1e-3]], dtype=graphnn.bfloat16)
+    graphnn.save({"x": x, "h": x.half()}, tmp_path / "t.gnn")
+    back = graphnn.load(tmp_path / "t.gnn")
+    assert back["x"].dtype is graphnn.bfloat16 and back["h"].dtype is graphnn.float16
+    np.testing.assert_array_equal(back["x"].numpy().view(np.uint16), x.numpy().view(np.uint16))
+
+
+# ---- every op of the op table ------------------------------------------------------------------
+
+def _bf16_sample(sample: Sample) -> Sample:
+    inputs = [a.astype(BF16) if a.dtype == F16 else a for a in sample.inputs]
+    return Sample(inputs, dict(sample.attrs), sample.desc, sample.fd)
+
+
+def _torch_input(a):
+    return to_torch(np.array(a)).clone()
+
+
+LOW_PRECISION_OPS = [n for n, info in OP_DB.items() if F16 in info.dtypes and info.ref is not None]
+ROUNDS_MORE = {"softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "rms_norm",
+               "scaled_dot_product_attention", "group_norm", "batch_norm"}
+
+
+@pytest.mark.parametrize("name", LOW_PRECISION_OPS)
+def test_eager_bfloat16_matches_torch(name):
+    """Each op computes bfloat16 in float32 and rounds once, as torch's CPU kernels: values
+    match within one bfloat16 rounding (two for ops torch computes in several rounded steps)."""
+    info, op = OP_DB[name], REGISTRY[name]
+    rtol = 3.2e-2 if name in ROUNDS_MORE else 1.6e-2
+    for sample in map(_bf16_sample, info.sample_list(F16)):
+        attrs = op.normalize_attrs(sample.attrs)
+        ours = apply_op(name, [graphnn.from_numpy(a) for a in sample.inputs], sample.attrs)
+        with torch.no_grad():
+            theirs = info.ref(*[_torch_input(a) for a in sample.inputs], **attrs)
+        theirs = theirs if isinstance(theirs, tuple) else (theirs,)
+        for k, (o, t) in enumerate(zip(ours, theirs)):
+            assert o.dtype.name == str(t.dtype).replace("torch.", ""), f"{name} {k} {sample}"
+            torch.testing.assert_close(to_torch(o.numpy()), t, rtol=rtol, atol=1e-2,
+                                       equal_nan=True, msg=lambda m: f"{name} {k} {sample}\n{m}")
+
+
+def test_bfloat16_elementwise_and_matmul_are_bit_exact_with_torch():
+    """Ops that torch computes in float32 and rounds once give the same bits."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((16, 24)).astype(np.float32).astype(BF16)
+    b = rng.standard_normal((24, 8)).astype(np.float32).astype(BF16)
+    x, y = graphnn.from_numpy(a), graphnn.from_numpy(b)
+    tx, ty = to_torch(a), to_torch(b)
+    for ours, theirs in ((x * 0.3 + 1, tx * 0.3 + 1), (x.exp(), tx.exp()),
+                         (x.tanh(), tx.tanh()), (x / 3, tx / 3), (x.sigmoid(), tx.sigmoid()),
+                         (x.sum(), tx.sum()), (x.sum(1), tx.sum(1)), (x.mean(0), tx.mean(0)),
+                         (x.amax(1), tx.amax(1)), (x.relu(), tx.relu())):
+        np.testing.assert_array_equal(ours.numpy().view(np.uint16),
+                                      from_torch(theirs).view(np.uint16))
+    ours, theirs = (x @ y).numpy().astype(np.float32), from_torch(tx @ ty).astype(np.float32)
+    np.testing.assert_allclose(ours, theirs, rtol=8e-3, atol=1e-2)  # BLAS summation order
+
+
+def test_ops_that_refuse_bfloat16_operands_say_so():
+    x = graphnn.ones(2, dtype=graphnn.bfloat16)
+    with pytest.raises(GraphnnError):
+        x @ graphnn.ones(2)  # torch refuses mixed matmul dtypes too
