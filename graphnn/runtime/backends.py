@@ -11,7 +11,8 @@ from ..codegen.backend import Backend
 from ..ir.errors import UnsupportedError
 
 _MODULES = {"numpy": "graphnn.codegen.numpy",
-            "reference": "graphnn.codegen.reference"}
+            "reference": "graphnn.codegen.reference",
+            "triton": "graphnn.codegen.triton"}
 _REGISTERED: dict = {}  # name -> Backend given to register_backend
 _LOCK = threading.Lock()
 

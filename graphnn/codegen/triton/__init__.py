@@ -1,0 +1,35 @@
+"""The Triton backend: pointwise and reduction kernels generated as ``@triton.jit`` functions,
+run on torch tensors (``cuda``, or the CPU under ``TRITON_INTERPRET=1``).
+
+``BACKEND`` is its ``Backend``. Its kernel kinds are pointwise and reduction (multi-update
+kernels are split into one launch per node); the scheduler externs every other kind, and the
+generated module runs those ops' registry implementations on host arrays. Its native ops are
+the registry's core ops plus the elementwise and reduction ops its templates lower; the rest
+arrives decomposed. Importing it needs neither torch nor triton; using it does (the ``triton``
+extra).
+"""
+from graphnn.ir.registry import core_ops
+from graphnn.ir.schedule import KernelKind
+
+from ..backend import Backend, import_kernel_file
+from .backend import BACKEND_VERSION, generate
+from .device import DEVICE, require_torch
+from .kernels import PIVOTS
+from .ops import ELEMENTWISE_OPS
+
+
+def load(path: str):
+    """Import a generated module (torch and triton must be installed: the ``triton`` extra)."""
+    require_torch()
+    try:
+        import triton  # noqa: F401
+    except ImportError as e:  # pragma: no cover - depends on the installation
+        from .device import EXTRA_HINT
+        raise ImportError(EXTRA_HINT) from e
+    return import_kernel_file(path)
+
+
+BACKEND = Backend(name="triton", version=BACKEND_VERSION, device=DEVICE,
+                  kernel_kinds=frozenset({KernelKind.POINTWISE, KernelKind.REDUCTION,
+                                          KernelKind.MULTI_UPDATE}),
+                  native_ops=core_ops() | ELEMENTWISE_OPS | PIVOTS, generate=generate, load=load)

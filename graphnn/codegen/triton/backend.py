@@ -1,0 +1,177 @@
+"""The Triton backend's code generator: a schedule -> the source of one Python module.
+
+``generate(schedule, plan=None, kernel_id=None, blocks=DEFAULT_BLOCKS, interpreter_form=None)``
+returns a module defining one ``@triton.jit`` function per pointwise and reduction kernel
+(``kernels.py``) and ``kernel(inputs, params, buffers)``, which runs the units
+(``units.py``) in schedule order on device tensors:
+
+- pointwise and reduction kernels: a fresh output tensor per write, then one launch;
+- views (reshape, permute, expand, slice): the torch view of the tensor (a kernel reading one
+  gets it made contiguous);
+- everything else (GEMM, convolution, pooling, attention, indexing, random, creation, and any
+  kernel with an op the templates lack): EXTERN, the op's registry implementation on host
+  arrays (download, run, upload). Correct and slow: this is where later kernels plug in.
+
+The memory plan is not used yet: every write takes a fresh tensor, and a returned value that
+may share memory with an input, parameter or constant is cloned. The graph's text enters the
+module only through ``repr()`` (its constants and host ops are read back from it).
+``interpreter_form`` (default: whether ``TRITON_INTERPRET`` is set) picks the kernels' 16-bit
+handling (``kernels.py``); ``blocks`` caps block sizes (``SMALL_BLOCKS`` makes small shapes run
+the multi-program and looped paths).
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from graphnn.ir.schedule import KernelKind
+
+from . import kernels
+from .device import interpreted
+from .kernels import DEFAULT_BLOCKS, Unlowered
+from .units import units
+from ..source_text import comment_text
+
+
+def _version() -> str:
+    """``triton-1+<hash of this folder's sources>+<interp|gpu>``: changes with the generator
+    and with the kernel form."""
+    digest = hashlib.sha1()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return f"triton-1+{digest.hexdigest()[:10]}+{'interp' if interpreted() else 'gpu'}"
+
+
+BACKEND_VERSION = _version()
+
+
+def _view(node, x: str) -> str:
+    """The torch expression of a view node applied to the tensor ``x``."""
+    attrs = node.attrs
+    if node.op == "reshape":
+        return f"{x}.reshape({tuple(int(s) for s in attrs['shape'])!r})"
+    if node.op == "permute":
+        return f"{x}.permute({tuple(int(d) for d in attrs['dims'])!r})"
+    if node.op == "expand":
+        return f"{x}.expand({tuple(int(s) for s in attrs['shape'])!r})"
+    parts = [f"{int(a)}:{int(b)}:{int(c)}"
+             for a, b, c in zip(attrs["starts"], attrs["stops"], attrs["steps"])]
+    return f"{x}[{', '.join(parts)}{',' if len(parts) == 1 else ''}]" if parts else x
+
+
+class _Module:
+    """The generated module's pieces: module-level bindings, jit functions, the body."""
+
+    def __init__(self, graph, blocks, interpreter_form):
+        self.graph, self.blocks, self.interpreter_form = graph, blocks, interpreter_form
+        self.header: list[str] = []
+        self.functions: list[str] = []
+        self.body: list[str] = []
+        self.var: dict = {}  # value name -> Python variable
+        self.position = {id(n): i for i, n in enumerate(graph.nodes)}
+        self.shared: set = set()  # values that may share memory with inputs or state
+
+    def name(self, value) -> str:
+        if value.name not in self.var:
+            self.var[value.name] = f"v{len(self.var)}"
+        return self.var[value.name]
+
+    def emit(self, line: str, value=None) -> None:
+        note = f"  # %{comment_text(value.name)}: {value.type}" if value is not None else ""
+        self.body.append(line + note)
+
+    def unit(self, unit) -> None:
+        where = "".join(f" @{comment_text(s or '<root>')}" for s in unit.scopes)
+        self.body.append(f"# {unit.name} {unit.kind.value} {list(unit.space)}{where}")
+        if unit.kind is KernelKind.VIEW:
+            node = unit.nodes[0]
+            out, x = node.outputs[0], node.inputs[0]
+            self.emit(f"{self.name(out)} = {_view(node, self.name(x))}", out)
+            if x.name in self.shared:
+                self.shared.add(out.name)
+            return
+        make = {KernelKind.POINTWISE: kernels.pointwise,
+                KernelKind.REDUCTION: kernels.reduction}.get(unit.kind)
+        if make is not None:
+            try:
+                launch = make(f"_{unit.name}", unit, self.blocks, self.interpreter_form)
+            except Unlowered as why:
+                self.body.append(f"# on the host: no Triton template for {comment_text(str(why))}")
+            else:
+                return self._launch(unit, launch)
+        self._host(unit)
+
+    def _launch(self, unit, launch) -> None:
+        self.functions.append(launch.source)
+        for v in unit.writes:
+            self.emit(f"{self.name(v)} = _rt.empty({tuple(v.type.shape)!r}, "
+                      f"{v.type.dtype.name!r})", v)
+        args = [f"{self.name(v)}.contiguous()" for v in unit.reads] + \
+               [self.name(v) for v in unit.writes]
+        args += [f"{k}={n}" for k, n in launch.blocks.items()]
+        if launch.grid:
+            self.body.append(f"_{unit.name}[({launch.grid},)]({', '.join(args)})")
+
+    def _host(self, unit) -> None:
+        """The unit's nodes on host arrays: reads downloaded once, writes uploaded once."""
+        host = {}
+        for v in unit.reads:
+            host[v.name] = f"h{self.name(v)[1:]}"
+            self.body.append(f"{host[v.name]} = _rt.host({self.name(v)})")
+        for node in unit.nodes:
+            fn = f"_n{self.position[id(node)]}"
+            self.header.append(f"{fn} = _rt.host_op(GRAPH, {self.position[id(node)]})"
+                               f"  # {node.op}")
+            outs = [f"h{self.name(v)[1:]}" for v in node.outputs]
+            host.update({v.name: h for v, h in zip(node.outputs, outs)})
+            args = ", ".join(host[v.name] for v in node.inputs)
+            self.body.append(f"{', '.join(outs)}, = {fn}({args})")
+        for v in unit.writes:
+            self.emit(f"{self.name(v)} = _rt.device({host[v.name]})", v)
+
+    def result(self) -> str:
+        """The return statement: the outputs, cloned where they may share memory with an
+        input, a parameter or a constant."""
+        leaves = {}
+        for v in self.graph.output_values():
+            ident = self.name(v)
+            leaves[v.name] = f"{ident}.clone()" if v.name in self.shared else ident
+        items = ", ".join(f"{k!r}: {e}" for k, e in leaves.items())
+        return f"return _rt.outputs(GRAPH, {{{items}}})"
+
+
+def generate(schedule, plan=None, kernel_id=None, blocks=DEFAULT_BLOCKS,
+             interpreter_form=None) -> str:
+    """The module's source (see the module docstring); ``plan`` and ``kernel_id`` are accepted
+    for the ``Backend`` protocol and not used (no scratch is kept in ``buffers``)."""
+    if plan is not None and plan.schedule is not schedule:
+        raise ValueError(f"generate: the memory plan of graph {plan.graph.name} was made over "
+                         f"another schedule than the one given")
+    graph = schedule.graph
+    m = _Module(graph, blocks, interpreted() if interpreter_form is None else interpreter_form)
+    for i, v in enumerate(graph.inputs):
+        m.emit(f"{m.name(v)} = inputs[{i}]", v)
+    for v in graph.params:
+        m.emit(f"{m.name(v)} = params[{v.name!r}]", v)
+    for i, v in enumerate(graph.consts):
+        m.header.append(f"{m.name(v)} = _rt.const(GRAPH, {i})  # %{comment_text(v.name)}")
+    m.shared.update(v.name for v in [*graph.inputs, *graph.params, *graph.consts])
+    for unit in units(schedule):
+        m.unit(unit)
+    m.body.append(m.result())
+    form = "interpreter" if m.interpreter_form else "GPU"
+    lines = [f'"""graphnn Triton kernels ({len(graph.nodes)} nodes, {form} form; backend '
+             f'{BACKEND_VERSION})."""',
+             f"# graph {comment_text(graph.name)}",
+             "import triton",
+             "import triton.language as tl",
+             "",
+             "from graphnn.codegen.triton import support as _rt",
+             "",
+             f"GRAPH = _rt.parse_graph({str(graph)!r})"]
+    lines += m.header
+    for fn in m.functions:
+        lines += ["", "", fn]
+    lines += ["", "", "def kernel(inputs, params, buffers):"]
+    lines += ["    " + line for line in m.body]
+    return "\n".join(lines) + "\n"

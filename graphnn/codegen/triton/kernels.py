@@ -1,0 +1,475 @@
+"""The ``@triton.jit`` source of pointwise and reduction kernels.
+
+A kernel is a ``Unit`` (``units.py``): nodes, the values it reads (device tensors made
+C-contiguous by the wrapper) and the values it writes (fresh contiguous tensors). Shapes are
+static, so sizes and strides are literals in the source; broadcasting is a zero stride, and
+every load and store is masked (the interpreter does not catch out-of-bounds accesses).
+
+- Pointwise: one program per ``BLOCK`` of the flattened iteration space ``S`` (the largest
+  result shape); each dim's index comes from the flat offset by division and remainder.
+- Reduction: the pivot's input shape ``S`` split into kept dims (rows) and reduced dims
+  (columns), any dims, through index arithmetic; one program per ``BLOCK_R`` rows. When a row
+  fits one ``BLOCK_C`` block the kernel is persistent (each value is loaded once), otherwise it
+  loops over column blocks, once per pass the pivot needs, recomputing the prologue. Values
+  computed from a reduction live once per row (``[BLOCK_R]``) and are broadcast back to blocks
+  where full-shape members read them.
+
+Everything is computed in float32 (float64 for float64; integers in their own type) and
+accumulated in it. ``interpreter_form`` upcasts 16-bit loads right after the load; the GPU form
+keeps them 16-bit until an op reads them. Results of 16-bit dtype are rounded once per op, as
+the NumPy backend does (bfloat16 rounding truncates under the interpreter: not checked there).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from graphnn.ir.ops.shape_rules import normalize_dims
+from graphnn.ir.registry import OpGroup, get_op
+
+from .ops import ROUNDED, Unlowered, compute, lower
+from ..source_text import comment_text
+
+PIVOTS = frozenset({"sum", "mean", "amax", "amin", "var", "std", "softmax", "log_softmax"})
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """Block size limits: ``pointwise`` elements per program, ``row`` the widest persistent
+    row (and the column block of a looped one), ``tile`` the elements of a reduction block."""
+
+    pointwise: int = 1024
+    row: int = 4096
+    loop: int = 1024
+    tile: int = 4096
+
+
+DEFAULT_BLOCKS = Blocks()
+SMALL_BLOCKS = Blocks(pointwise=16, row=8, loop=8, tile=16)  # the multi-program, looped paths
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (max(n, 1) - 1).bit_length())
+
+
+def _contiguous_strides(shape) -> list:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return strides[::-1]
+
+
+def aligned_strides(shape, target, dims, ndim):
+    """Per dim of an ``ndim``-dim space, the stride of a C-contiguous array of ``shape`` read
+    at the index of the ``target``-shaped space whose dims are the space's ``dims`` (0 where
+    it broadcasts or has no dim); None when ``shape`` does not broadcast to ``target``."""
+    out = [0] * ndim
+    lead = len(target) - len(shape)
+    if lead < 0:
+        return None
+    for i, (size, stride) in enumerate(zip(shape, _contiguous_strides(shape))):
+        want = target[lead + i]
+        if size != want and size != 1:
+            return None
+        if size != 1:
+            out[dims[lead + i]] = stride
+    return out
+
+
+class _Body:
+    """The lines of one jit function and the variables of its values."""
+
+    def __init__(self, interpreter_form: bool):
+        self.lines: list[str] = []
+        self.indent = 1
+        self.count = 0
+        self.held: dict = {}  # variable -> the Triton dtype it holds when not its compute dtype
+        self.interpreter_form = interpreter_form
+
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.indent + line)
+
+    def tmp(self, expr: str) -> str:
+        """A variable holding ``expr`` (``expr`` itself when it is a variable)."""
+        if expr.isidentifier():
+            return expr
+        name = f"t{self.count}"
+        self.count += 1
+        self.emit(f"{name} = {expr}")
+        return name
+
+    def cast(self, name: str, src: str, dst: str) -> str:
+        src = self.held.get(name, src)
+        if src == dst:
+            return name
+        if dst == "tl.int1":
+            return f"({name} != 0)"
+        return f"{name}.to({dst})"
+
+    def load(self, pointer: str, offset: str, mask: str, dtype) -> str:
+        var = self.tmp(f"tl.load({pointer} + {offset}, mask={mask}, other=0)")
+        if dtype.name in ROUNDED:
+            if self.interpreter_form:
+                return self.tmp(f"{var}.to(tl.float32)")
+            self.held[var] = ROUNDED[dtype.name]
+        return var
+
+    def rounded(self, dtype, expr: str) -> str:
+        """A variable holding ``expr``, a value of ``dtype`` (rounded to 16 bits once when
+        ``dtype`` has 16 bits, as the NumPy backend rounds each op's result)."""
+        var = self.tmp(expr)
+        if dtype.name in ROUNDED:
+            var = self.tmp(f"{var}.to({ROUNDED[dtype.name]}).to(tl.float32)")
+        return var
+
+    def result(self, node, args) -> str:
+        """A variable holding ``node``'s result (see ``rounded``)."""
+        return self.rounded(node.outputs[0].type.dtype, lower(node, args, self))
+
+    def store(self, pointer, offset, var, mask, dtype) -> None:
+        if dtype.name in ROUNDED:
+            var = f"{var}.to({ROUNDED[dtype.name]})"
+        self.emit(f"tl.store({pointer} + {offset}, {var}, mask={mask})")
+
+
+def _indices(body, lin, prefix, dims, shape) -> None:
+    """``{prefix}{d}``: the index along each dim in ``dims`` (size > 1) of the flat index
+    ``lin`` over those dims (row-major)."""
+    live = [d for d in dims if shape[d] > 1]
+    for k, d in enumerate(live):
+        inner = math.prod(shape[e] for e in live[k + 1:])
+        expr = lin if inner == 1 else f"({lin} // {inner})"
+        body.emit(f"{prefix}{d} = {expr if k == 0 else f'{expr} % {shape[d]}'}")
+
+
+def _offset(strides, lin, prefix, dims, shape) -> str:
+    """The element offset of a value with per-dim ``strides`` at the flat index ``lin`` over
+    ``dims``: ``lin`` times a stride when the value is laid out like the space, else the sum
+    of index times stride."""
+    live = [d for d in dims if shape[d] > 1 and strides[d]]
+    if not live:
+        return f"{lin} * 0"
+    inner = {d: math.prod(shape[e] for e in dims if e > d and shape[e] > 1)
+             for d in dims if shape[d] > 1}
+    unit = strides[live[-1]] // inner[live[-1]] if strides[live[-1]] % inner[live[-1]] == 0 \
+        else 0
+    if unit and all(strides[d] == unit * inner[d] for d in inner):
+        return lin if unit == 1 else f"{lin} * {unit}"
+    return " + ".join(f"{prefix}{d} * {strides[d]}" for d in live)
+
+
+def _comment(value) -> str:
+    return f"%{comment_text(value.name)}: {value.type}"
+
+
+def _signature(name, unit, constexprs) -> list:
+    args = [f"in{i}" for i in range(len(unit.reads))] + \
+           [f"out{i}" for i in range(len(unit.writes))]
+    lines = ["@triton.jit", f"def {name}({', '.join(args + [c + ': tl.constexpr' for c in constexprs])}):"]
+    lines += [f"    # in{i} {_comment(v)}" for i, v in enumerate(unit.reads)]
+    lines += [f"    # out{i} {_comment(v)}" for i, v in enumerate(unit.writes)]
+    return lines
+
+
+@dataclass
+class Launch:
+    """A generated kernel: its source, the grid size and the constexpr block sizes."""
+
+    source: str
+    grid: int
+    blocks: dict
+
+
+def pointwise(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
+    """A pointwise kernel over ``unit.space``; ``Unlowered`` if a node has no template."""
+    shape = tuple(unit.space)
+    ndim, numel = len(shape), math.prod(shape)
+    dims = list(range(ndim))
+    body = _Body(interpreter_form)
+    body.emit("offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)")
+    body.emit(f"mask = offs < {numel}")
+    _indices(body, "offs", "i", dims, shape)
+    where = {}
+
+    def value(v):
+        if v.name not in where:
+            k = unit.read_index(v)
+            strides = aligned_strides(v.type.shape, shape, dims, ndim)
+            if strides is None:
+                raise Unlowered(f"%{v.name} does not broadcast to {shape}")
+            where[v.name] = body.load(f"in{k}", _offset(strides, "offs", "i", dims, shape),
+                                      "mask", v.type.dtype)
+        return where[v.name]
+
+    for node in unit.nodes:
+        if get_op(node.op).group is not OpGroup.ELEMENTWISE:
+            raise Unlowered(node.op)
+        where[node.outputs[0].name] = body.result(node, [value(v) for v in node.inputs])
+    for k, v in enumerate(unit.writes):
+        strides = aligned_strides(v.type.shape, shape, dims, ndim)
+        if strides is None:
+            raise Unlowered(f"%{v.name} does not broadcast to {shape}")
+        body.store(f"out{k}", _offset(strides, "offs", "i", dims, shape), value(v), "mask",
+                   v.type.dtype)
+    block = min(_pow2(numel), blocks.pointwise)
+    source = "\n".join(_signature(name, unit, ["BLOCK"]) + body.lines)
+    return Launch(source, -(-numel // block), {"BLOCK": block})
+
+
+# ---- reductions ------------------------------------------------------------------------------
+
+FULL, ROW = "full", "row"
+
+
+@dataclass
+class _Acc:
+    """One running reduction: ``contribution(v)`` is the block expression a pass adds,
+    ``kind`` the builtin reducing it (sum, max, min), ``init`` its neutral element."""
+
+    name: str
+    contribution: object
+    kind: str
+    init: str
+
+
+class _Reduction:
+    """The state of one reduction kernel while its source is written."""
+
+    def __init__(self, unit, pivot, blocks, interpreter_form):
+        self.unit, self.pivot = unit, pivot
+        self.shape = tuple(pivot.inputs[0].type.shape)
+        ndim = len(self.shape)
+        attrs = pivot.attrs
+        dims = (attrs["dim"],) if "dim" in attrs else attrs.get("dims")
+        self.reduced = list(normalize_dims(pivot.op, dims, ndim)) if ndim else []
+        self.kept = [d for d in range(ndim) if d not in self.reduced]
+        self.rows = math.prod(self.shape[d] for d in self.kept)
+        self.cols = math.prod(self.shape[d] for d in self.reduced)
+        self.normalization = get_op(pivot.op).group is OpGroup.NORMALIZATION
+        keepdim = attrs.get("keepdim", False)
+        self.row_target = tuple(pivot.outputs[0].type.shape)
+        self.row_dims = list(range(ndim)) if keepdim else self.kept
+        self.persistent = _pow2(self.cols) <= blocks.row
+        self.block_c = _pow2(self.cols) if self.persistent else blocks.loop
+        self.block_r = max(1, min(_pow2(self.rows), blocks.tile // self.block_c))
+        self.body = _Body(interpreter_form)
+        self.acc_type = compute(pivot.outputs[0].type.dtype)
+        self.space = self._spaces()
+        self.row_vars: dict = {}
+        self.full_vars: dict = {}
+
+    # -- where each value lives
+    def _fits_rows(self, shape) -> bool:
+        return not self.normalization and aligned_strides(
+            shape, self.row_target, self.row_dims, len(self.shape)) is not None
+
+    def _spaces(self) -> dict:
+        """{result name: FULL or ROW} for every node of the kernel."""
+        inside = {v.name: n for n in self.unit.nodes for v in n.outputs}
+        dependent, space = set(), {}
+        for node in self.unit.nodes:
+            if node is self.pivot or any(v.name in dependent for v in node.inputs):
+                dependent.add(node.outputs[0].name)
+        for node in self.unit.nodes:
+            name = node.outputs[0].name
+            if node is self.pivot:
+                space[name] = FULL if self.normalization else ROW
+            elif name in dependent:
+                full_input = any(space.get(v.name) == FULL and v.name in dependent
+                                 for v in node.inputs)
+                space[name] = FULL if full_input or not self._fits_rows(
+                    node.outputs[0].type.shape) else ROW
+        written = {v.name for v in self.unit.writes}
+        readers = {}
+        for node in self.unit.nodes:
+            for v in node.inputs:  # the pivot reads its input per element
+                readers.setdefault(v.name, []).append(
+                    FULL if node is self.pivot else node.outputs[0].name)
+        for node in reversed(self.unit.nodes):
+            name = node.outputs[0].name
+            if name in dependent:
+                continue
+            row = (name not in written and readers.get(name)
+                   and all(r != FULL and space.get(r) == ROW for r in readers[name])
+                   and self._fits_rows(node.outputs[0].type.shape))
+            space[name] = ROW if row else FULL
+        for node in self.unit.nodes:
+            if node is not self.pivot and space[node.outputs[0].name] == ROW and any(
+                    v.name in inside and space[v.name] == FULL for v in node.inputs):
+                raise Unlowered("a per-row value read from a full-shape one")
+        self.dependent = dependent
+        return space
+
+    # -- values
+    def _strides(self, v, space):
+        if space == ROW:
+            return aligned_strides(v.type.shape, self.row_target, self.row_dims, len(self.shape))
+        return aligned_strides(v.type.shape, self.shape, list(range(len(self.shape))),
+                               len(self.shape))
+
+    def _row_offset(self, strides) -> str:
+        return _offset(strides, "rows", "r", self.kept, self.shape)
+
+    def _full_offset(self, strides) -> str:
+        row = self._row_offset(strides)
+        col = _offset(strides, "cols", "c", self.reduced, self.shape)
+        return f"({row})[:, None] + ({col})[None, :]"
+
+    def value(self, v, space) -> str:
+        if space == ROW or self.space.get(v.name) == ROW:
+            if v.name not in self.row_vars:
+                strides = self._strides(v, ROW)
+                if strides is None or v.name in self.space:
+                    raise Unlowered(f"%{v.name} is not available per row")
+                self.row_vars[v.name] = self.body.load(
+                    f"in{self.unit.read_index(v)}", self._row_offset(strides), "rmask",
+                    v.type.dtype)
+            var = self.row_vars[v.name]
+            return var if space == ROW else f"{var}[:, None]"
+        if v.name not in self.full_vars:
+            strides = self._strides(v, FULL)
+            if strides is None or v.name in self.space:
+                raise Unlowered(f"%{v.name} does not broadcast to {self.shape}")
+            self.full_vars[v.name] = self.body.load(
+                f"in{self.unit.read_index(v)}", self._full_offset(strides), "mask", v.type.dtype)
+        return self.full_vars[v.name]
+
+    def compute_nodes(self, space, dependent) -> None:
+        for node in self.unit.nodes:
+            name = node.outputs[0].name
+            if node is self.pivot or self.space[name] != space \
+                    or (name in self.dependent) != dependent:
+                continue
+            if get_op(node.op).group is not OpGroup.ELEMENTWISE:
+                raise Unlowered(node.op)
+            target = self.row_vars if space == ROW else self.full_vars
+            target[name] = self.body.result(node, [self.value(v, space) for v in node.inputs])
+
+    # -- passes
+    def open_columns(self) -> None:
+        """Start a column block: (looped) a loop, its indices, the mask and the prologue."""
+        body = self.body
+        if self.persistent:
+            body.emit("cols = tl.arange(0, BLOCK_C)")
+        else:
+            body.emit(f"for start in range(0, {self.cols}, BLOCK_C):")
+            body.indent += 1
+            body.emit("cols = start + tl.arange(0, BLOCK_C)")
+        body.emit(f"mask = rmask[:, None] & (cols < {self.cols})[None, :]")
+        _indices(body, "cols", "c", self.reduced, self.shape)
+        self.full_vars = {}
+        self.compute_nodes(FULL, False)
+
+    def pivot_input(self) -> str:
+        src = compute(self.pivot.inputs[0].type.dtype)
+        x = self.value(self.pivot.inputs[0], FULL)
+        return self.body.tmp(self.body.cast(x, src, self.acc_type))
+
+    def reduce(self, accs: list) -> None:
+        """One pass over the columns computing ``accs`` (per-row variables named by each)."""
+        body = self.body
+        if self.persistent:
+            if not self.full_vars:
+                self.open_columns()
+            v = self.pivot_input()
+            for acc in accs:
+                body.emit(f"{acc.name} = tl.{acc.kind}({acc.contribution(v)}, axis=1)")
+            return
+        for acc in accs:
+            body.emit(f"{acc.name}_acc = tl.full([BLOCK_R, BLOCK_C], {acc.init}, "
+                      f"{self.acc_type})")
+        self.open_columns()
+        v = self.pivot_input()
+        for acc in accs:
+            c = body.tmp(acc.contribution(v))
+            combine = f"{acc.name}_acc + {c}" if acc.kind == "sum" else \
+                f"tl.{acc.kind}imum({acc.name}_acc, {c})"
+            body.emit(f"{acc.name}_acc = {combine}")
+        body.indent -= 1
+        for acc in accs:
+            body.emit(f"{acc.name} = tl.{acc.kind}({acc.name}_acc, axis=1)")
+
+
+def _sum(v):
+    return f"tl.where(mask, {v}, 0)"
+
+
+def _pivot_result(r: _Reduction) -> str | None:
+    """Emit the passes of ``r``'s pivot; the per-row result's expression (None for a
+    normalization, whose result is per element: see ``_normalized``)."""
+    op, cols = r.pivot.op, float(r.cols)
+    is_float = r.acc_type in ("tl.float32", "tl.float64")
+    if op in ("sum", "mean"):
+        r.reduce([_Acc("red_s", _sum, "sum", "0")])
+        return "red_s" if op == "sum" else f"red_s / {cols!r}"
+    if op in ("amax", "amin"):
+        kind = "max" if op == "amax" else "min"
+        if not is_float:
+            raise Unlowered(f"{op} of integers")
+        extreme = '-float("inf")' if kind == "max" else 'float("inf")'
+        r.reduce([_Acc("red_m", lambda v: f"tl.where(mask, {v}, {extreme})", kind, extreme),
+                  _Acc("red_n", lambda v: f"tl.where(mask & ({v} != {v}), 1.0, 0.0)", "sum",
+                       "0")])
+        return 'tl.where(red_n > 0, float("nan"), red_m)'
+    if op in ("var", "std"):
+        if not is_float:
+            raise Unlowered(f"{op} of integers")
+        r.reduce([_Acc("red_s", _sum, "sum", "0")])
+        r.body.emit(f"red_mean = red_s / {cols!r}")
+        r.reduce([_Acc("red_q", lambda v: _sum(f"({v} - red_mean[:, None]) * "
+                                               f"({v} - red_mean[:, None])"), "sum", "0")])
+        denominator = float(max(r.cols - r.pivot.attrs.get("correction", 1), 0))
+        var = f"red_q / {denominator!r}"
+        return var if op == "var" else f"tl.sqrt({var})"
+    if op in ("softmax", "log_softmax"):
+        if not is_float:
+            raise Unlowered(f"{op} of integers")
+        r.reduce([_Acc("red_m", lambda v: f'tl.where(mask, {v}, -float("inf"))', "max",
+                       '-float("inf")')])
+        r.reduce([_Acc("red_s", lambda v: _sum(f"tl.exp({v} - red_m[:, None])"), "sum", "0")])
+        return None
+    raise Unlowered(f"reduction {op}")
+
+
+def _normalized(r: _Reduction, v: str) -> str:
+    if r.pivot.op == "softmax":
+        return f"tl.exp({v} - red_m[:, None]) / red_s[:, None]"
+    return f"{v} - red_m[:, None] - tl.log(red_s)[:, None]"
+
+
+def reduction(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
+    """A reduction kernel (see the module docstring); ``Unlowered`` if it has no template."""
+    pivots = [n for n in unit.nodes if get_op(n.op).group in (OpGroup.REDUCTION,
+                                                               OpGroup.NORMALIZATION)]
+    if len(pivots) != 1 or pivots[0].op not in PIVOTS:
+        raise Unlowered("not one supported reduction")
+    r = _Reduction(unit, pivots[0], blocks, interpreter_form)
+    body, pivot = r.body, r.pivot
+    body.emit("rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)")
+    body.emit(f"rmask = rows < {r.rows}")
+    _indices(body, "rows", "r", r.kept, r.shape)
+    result = _pivot_result(r)
+    out = pivot.outputs[0]
+    if result is not None:
+        r.row_vars[out.name] = body.rounded(out.type.dtype, result)
+    r.compute_nodes(ROW, False)
+    r.compute_nodes(ROW, True)
+    full_writes = [v for v in unit.writes if r.space[v.name] == FULL]
+    for k, v in enumerate(unit.writes):
+        if r.space[v.name] == ROW:
+            body.store(f"out{k}", r._row_offset(r._strides(v, ROW)), r.row_vars[v.name],
+                       "rmask", v.type.dtype)
+    if full_writes:
+        if not r.persistent:
+            r.open_columns()
+        if result is None:
+            r.full_vars[out.name] = body.rounded(out.type.dtype, _normalized(r, r.pivot_input()))
+        r.compute_nodes(FULL, True)
+        for k, v in enumerate(unit.writes):
+            if r.space[v.name] == FULL:
+                body.store(f"out{k}", r._full_offset(r._strides(v, FULL)),
+                           r.value(v, FULL), "mask", v.type.dtype)
+    source = "\n".join(_signature(name, unit, ["BLOCK_R", "BLOCK_C"]) + body.lines)
+    return Launch(source, -(-r.rows // r.block_r), {"BLOCK_R": r.block_r, "BLOCK_C": r.block_c})
+

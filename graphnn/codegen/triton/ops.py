@@ -1,0 +1,224 @@
+"""Elementwise ops as Triton expressions: the table the pointwise and reduction templates use.
+
+``lower(node, args, em)`` returns the expression of a node's result, or raises ``Unlowered``
+for an op (or an operand dtype) the table has no template for (the scheduler's kernel then
+runs on the host instead). ``args`` are the operands' variable names, each already holding the
+operand in its *compute dtype* (``compute``): float16, bfloat16 and float32 are computed in
+float32, every other dtype in itself. ``em.tmp(expr)`` binds a sub-expression to a fresh
+variable (so that it is evaluated once) and ``em.cast(name, src, dst)`` converts between
+compute dtypes.
+
+Semantics follow the registry's reference implementations (NumPy), NaN and inf included:
+``maximum``/``minimum``/``clamp``/``relu`` propagate NaN, comparisons with NaN are false
+(``ne`` true), ``sign(nan)`` is NaN. Only ``tl.*`` maths is used (the interpreter has no
+libdevice), so ``tanh`` is written with ``tl.exp``.
+"""
+from __future__ import annotations
+
+import math
+
+from graphnn.ir.dtypes import DType
+
+FLOAT_COMPUTE = {"float16": "tl.float32", "bfloat16": "tl.float32", "float32": "tl.float32",
+                 "float64": "tl.float64"}
+INT_COMPUTE = {"bool": "tl.int1", "uint8": "tl.uint8", "int8": "tl.int8", "int16": "tl.int16",
+               "int32": "tl.int32", "int64": "tl.int64"}
+ROUNDED = {"float16": "tl.float16", "bfloat16": "tl.bfloat16"}  # stored in 16 bits
+
+
+class Unlowered(Exception):
+    """The table has no template for this node."""
+
+
+def compute(dtype: DType) -> str:
+    """The Triton dtype a value of ``dtype`` is held in inside a kernel."""
+    return FLOAT_COMPUTE.get(dtype.name) or INT_COMPUTE[dtype.name]
+
+
+def is_float(dtype: DType) -> bool:
+    return dtype.name in FLOAT_COMPUTE
+
+
+def number(value) -> str:
+    """A Python number as Triton source (``float("inf")`` for infinities)."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return repr(value)
+    value = float(value)
+    if math.isnan(value):
+        raise Unlowered("NaN literal")
+    if math.isinf(value):
+        return 'float("inf")' if value > 0 else '-float("inf")'
+    return repr(value)
+
+
+def _common(node) -> str:
+    """The compute dtype two operands are compared in: float64 if either is, float32 if
+    either is a float, else int64."""
+    names = {v.type.dtype.name for v in node.inputs}
+    if "float64" in names:
+        return "tl.float64"
+    if names & set(FLOAT_COMPUTE):
+        return "tl.float32"
+    return "tl.int1" if names == {"bool"} else "tl.int64"
+
+
+def _out(node) -> str:
+    return compute(node.outputs[0].type.dtype)
+
+
+def _operands(node, args, em, dst) -> list:
+    return [em.cast(a, compute(v.type.dtype), dst) for a, v in zip(args, node.inputs)]
+
+
+def _arith(symbol, bool_symbol=None):
+    def lower(node, args, em):
+        out = _out(node)
+        if out == "tl.int1" and bool_symbol is None:
+            raise Unlowered(f"{node.op} on bool")
+        a, b = _operands(node, args, em, out)
+        return f"({a} {bool_symbol if out == 'tl.int1' else symbol} {b})"
+    return lower
+
+
+def _div(node, args, em):
+    out = _out(node)
+    if out not in ("tl.float32", "tl.float64"):
+        raise Unlowered("integer division")
+    a, b = _operands(node, args, em, out)
+    return f"({a} / {b})"
+
+
+def _float_unary(template):
+    def lower(node, args, em):
+        out = _out(node)
+        if out not in ("tl.float32", "tl.float64"):
+            raise Unlowered(f"{node.op} with a {out} result")
+        return template(em.tmp(_operands(node, args, em, out)[0]), em)
+    return lower
+
+
+def _tanh(x, em):
+    """sign(x) * (1 - exp(-2|x|)) / (1 + exp(-2|x|)), exact at +-inf, NaN for NaN."""
+    e = em.tmp(f"tl.exp(-2.0 * tl.abs({x}))")
+    t = em.tmp(f"(1.0 - {e}) / (1.0 + {e})")
+    return f"tl.where({x} < 0, -{t}, {t})"
+
+
+def _gelu(node, args, em):
+    out = _out(node)
+    if out not in ("tl.float32", "tl.float64"):
+        raise Unlowered("gelu on integers")
+    x = em.tmp(_operands(node, args, em, out)[0])
+    if node.attrs.get("approximate", "none") == "tanh":
+        inner = em.tmp(f"0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})")
+        return f"0.5 * {x} * (1.0 + {em.tmp(_tanh(inner, em))})"
+    return f"0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476))"
+
+
+def _extremum(fn):
+    def lower(node, args, em):
+        out = _out(node)
+        a, b = (em.tmp(x) for x in _operands(node, args, em, out))
+        if out not in ("tl.float32", "tl.float64"):
+            return f"tl.{fn}({a}, {b})"
+        return f"tl.where({a} != {a}, {a}, tl.where({b} != {b}, {b}, tl.{fn}({a}, {b})))"
+    return lower
+
+
+def _relu(node, args, em):
+    (x,) = _operands(node, args, em, _out(node))
+    x = em.tmp(x)
+    return f"tl.where({x} < 0, 0, {x})"
+
+
+def _clamp(node, args, em):
+    out = _out(node)
+    x = em.tmp(_operands(node, args, em, out)[0])
+    lo, hi = node.attrs.get("min"), node.attrs.get("max")
+    if lo is not None:
+        x = em.tmp(f"tl.where({x} < {number(lo)}, {number(lo)}, {x})")
+    if hi is not None:
+        x = em.tmp(f"tl.where({x} > {number(hi)}, {number(hi)}, {x})")
+    return x
+
+
+def _compare(symbol):
+    def lower(node, args, em):
+        a, b = _operands(node, args, em, _common(node))
+        return f"({a} {symbol} {b})"
+    return lower
+
+
+def _logical(symbol):
+    def lower(node, args, em):
+        a, b = _operands(node, args, em, "tl.int1")
+        return f"({a} {symbol} {b})"
+    return lower
+
+
+def _logical_not(node, args, em):
+    (a,) = _operands(node, args, em, "tl.int1")
+    return f"({a} == 0)"
+
+
+def _where(node, args, em):
+    out = _out(node)
+    c = em.cast(args[0], compute(node.inputs[0].type.dtype), "tl.int1")
+    a, b = (em.cast(x, compute(v.type.dtype), out) for x, v in zip(args[1:], node.inputs[1:]))
+    return f"tl.where({c}, {a}, {b})"
+
+
+def _cast(node, args, em):
+    return em.cast(args[0], compute(node.inputs[0].type.dtype), _out(node))
+
+
+def _neg(node, args, em):
+    if _out(node) == "tl.int1":
+        raise Unlowered("neg on bool")
+    return f"(-{_operands(node, args, em, _out(node))[0]})"
+
+
+def _abs(node, args, em):
+    if _out(node) == "tl.int1":
+        return args[0]
+    return f"tl.abs({_operands(node, args, em, _out(node))[0]})"
+
+
+def _sign(node, args, em):
+    out = _out(node)
+    if out in ("tl.int1", "tl.uint8"):
+        raise Unlowered("sign of an unsigned type")
+    x = em.tmp(_operands(node, args, em, out)[0])
+    return f"tl.where({x} > 0, 1, tl.where({x} < 0, -1, {x})).to({out})"
+
+
+TABLE = {
+    "add": _arith("+", "|"), "sub": _arith("-"), "mul": _arith("*", "&"), "div": _div,
+    "neg": _neg, "abs": _abs, "sign": _sign,
+    "exp": _float_unary(lambda x, em: f"tl.exp({x})"),
+    "log": _float_unary(lambda x, em: f"tl.log({x})"),
+    "sqrt": _float_unary(lambda x, em: f"tl.sqrt({x})"),
+    "rsqrt": _float_unary(lambda x, em: f"(1.0 / tl.sqrt({x}))"),
+    "erf": _float_unary(lambda x, em: f"tl.erf({x})"),
+    "sigmoid": _float_unary(lambda x, em: f"(1.0 / (1.0 + tl.exp(-{x})))"),
+    "tanh": _float_unary(_tanh), "gelu": _gelu, "relu": _relu, "clamp": _clamp,
+    "maximum": _extremum("maximum"), "minimum": _extremum("minimum"),
+    "eq": _compare("=="), "ne": _compare("!="), "lt": _compare("<"), "le": _compare("<="),
+    "gt": _compare(">"), "ge": _compare(">="),
+    "logical_and": _logical("&"), "logical_or": _logical("|"), "logical_xor": _logical("^"),
+    "logical_not": _logical_not, "where": _where, "cast": _cast,
+}
+
+
+def lower(node, args, em) -> str:
+    """The Triton expression of ``node``'s result in its compute dtype (see the module
+    docstring); ``Unlowered`` when the table cannot express it."""
+    fn = TABLE.get(node.op)
+    if fn is None or len(node.outputs) != 1:
+        raise Unlowered(node.op)
+    return fn(node, args, em)
+
+
+ELEMENTWISE_OPS = frozenset(TABLE)

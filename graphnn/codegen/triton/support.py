@@ -1,0 +1,56 @@
+"""What generated Triton modules call at load and run time (imported as ``_rt``): the graph
+they were made from, its constants on the device, host execution of the ops that have no
+Triton template yet, and fresh device tensors."""
+from __future__ import annotations
+
+import numpy as np
+
+from graphnn.ir import get_op, parse
+from graphnn.ir.dtypes import as_dtype
+from graphnn.ir.graph import map_structure
+
+from .device import DEVICE, require_torch, torch_dtype
+
+torch = require_torch()
+
+
+def parse_graph(text: str):
+    """The graph a module was generated from (its text is embedded through ``repr``)."""
+    return parse(text)
+
+
+def const(graph, index: int):
+    """The device tensor of the graph's constant number ``index``."""
+    return DEVICE.upload(np.asarray(graph.consts[index].data))
+
+
+def host_op(graph, index: int):
+    """A function running node ``index`` of ``graph`` with its op's reference implementation
+    on host arrays; it returns a tuple of host arrays of exactly the node's result types."""
+    node = graph.nodes[index]
+    op, attrs, types = get_op(node.op), dict(node.attrs), [v.type for v in node.outputs]
+
+    def run(*arrays):
+        return op.run(list(arrays), attrs, types)
+    run.__name__ = f"host_{node.op}"
+    return run
+
+
+def host(array) -> np.ndarray:
+    """A host copy of a device tensor."""
+    return DEVICE.download(array)
+
+
+def device(array: np.ndarray):
+    """A device copy of a host array."""
+    return DEVICE.upload(array)
+
+
+def empty(shape: tuple, dtype_name: str):
+    """A new contiguous device tensor."""
+    return torch.empty(shape, dtype=torch_dtype(as_dtype(dtype_name)), device=DEVICE.place())
+
+
+def outputs(graph, values: dict):
+    """``graph.outputs`` with each value replaced by ``values[its name]``."""
+    return map_structure(lambda v: values[v.name], graph.outputs)
