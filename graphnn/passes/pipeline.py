@@ -28,6 +28,7 @@ from .fold_constants import fold_constants
 from .fuse_attention import fuse_attention
 from .fuse_elementwise import fuse_elementwise
 from .fuse_epilogue import fuse_epilogue
+from .mask_before_pool_grad import mask_before_pool_grad
 from .share_attention_probabilities import share_attention_probabilities
 from .simplify import simplify
 
@@ -39,6 +40,7 @@ PIPELINE = [
     ("share_attention_probabilities", share_attention_probabilities),
     ("fuse_epilogue", fuse_epilogue),
     ("contraction_layout", contraction_layout),
+    ("mask_before_pool_grad", mask_before_pool_grad),
     ("dce", eliminate_dead_code),
     ("fuse_elementwise", fuse_elementwise),
 ]
