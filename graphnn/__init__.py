@@ -39,7 +39,8 @@ def numel(t) -> int:
     return t.numel()
 
 
-from . import autograd, nn, optim  # noqa: E402
+from . import amp, autograd, nn, optim  # noqa: E402
+from .amp import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: E402
 from .serialization import load, save  # noqa: E402
 from .tools.explain import explain  # noqa: E402
 from .compiler import compile  # noqa: E402,A001  (graphnn.compile, as torch.compile)

@@ -3,6 +3,7 @@
 ``apply_op`` normalises attributes, runs the op's shape rule (which raises graphnn errors for bad
 operands before anything is computed), runs the reference implementation, marks outputs that
 share memory with the input as views, and records a tape node when gradients are needed.
+Under ``graphnn.autocast`` the operands are first cast as the op's autocast rule says.
 While ``graphnn.trace`` runs, an op on symbolic inputs (or with no inputs) is recorded into the
 graph instead (see ``trace_state``): no implementation runs and no tape node is made.
 """
@@ -14,7 +15,7 @@ from ..ir.registry import OpGroup, get_op
 from ..ir.types import TensorType
 from .autograd import EagerEmitter, Node
 from .grad_mode import is_grad_enabled
-from . import inplace, trace_state
+from . import autocast, inplace, trace_state
 
 
 def apply_op(name: str, inputs, attrs=None) -> tuple:
@@ -23,6 +24,8 @@ def apply_op(name: str, inputs, attrs=None) -> tuple:
 
     op = get_op(name)
     attrs = op.normalize_attrs(attrs or {})
+    if autocast.active():  # the op's operands as autocast's lists say (autocast_ops.py)
+        inputs = list(autocast.cast_args(name, *inputs))
     state = trace_state.active()
     if state is None:
         trace_state.check_no_symbols(inputs)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..ir.errors import DTypeError
+from . import autocast
 from .dispatch import apply1
 from .tensor_math import as_operand, is_tensor
 
@@ -72,6 +73,8 @@ def embedding(input, weight):
 
 
 def linear(input, weight, bias=None):
-    """``input @ weight.T + bias`` over any leading dims."""
+    """``input @ weight.T + bias`` over any leading dims (one op for autocast: the bias is
+    cast with the operands)."""
+    input, weight, bias = autocast.cast_args("linear", input, weight, bias)
     out = apply1("matmul", input, weight.transpose(-2, -1) if weight.ndim == 2 else weight)
     return out if bias is None else out + bias
