@@ -1,0 +1,138 @@
+"""graphnn.amp.GradScaler against torch.amp.GradScaler: an MLP trained under autocast step by
+step (losses, scales, float32 master weights), skipped steps on inf/NaN gradients, backoff and
+growth, state dicts and misuse errors."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import graphnn
+import graphnn.nn.functional as F
+
+
+def _mlp(lib):
+    return lib.nn.Sequential(lib.nn.Linear(6, 16), lib.nn.ReLU(), lib.nn.Linear(16, 3))
+
+
+def _pair(seed=0):
+    torch.manual_seed(seed)
+    theirs, ours = _mlp(torch), _mlp(graphnn)
+    ours.load_state_dict({k: v.detach().numpy().copy() for k, v in theirs.state_dict().items()})
+    return ours, theirs
+
+
+def _data(step):
+    rng = np.random.default_rng(step)
+    return rng.standard_normal((8, 6)).astype(np.float32), \
+        rng.standard_normal((8, 3)).astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_mlp_with_autocast_and_grad_scaler_follows_torch_step_by_step(dtype):
+    ours, theirs = _pair()
+    opt_ours = graphnn.optim.SGD(ours.parameters(), lr=0.05, momentum=0.9)
+    opt_theirs = torch.optim.SGD(theirs.parameters(), lr=0.05, momentum=0.9)
+    kw = dict(init_scale=2.0 ** 12, growth_interval=3)
+    sc_ours, sc_theirs = graphnn.amp.GradScaler("cpu", **kw), torch.amp.GradScaler("cpu", **kw)
+    for step in range(6):
+        x, y = _data(step)
+        with graphnn.autocast("cpu", dtype=getattr(graphnn, dtype)):
+            loss_ours = F.mse_loss(ours(graphnn.tensor(x)).float(), graphnn.tensor(y))
+        with torch.autocast("cpu", dtype=getattr(torch, dtype)):
+            loss_theirs = torch.nn.functional.mse_loss(theirs(torch.tensor(x)).float(),
+                                                       torch.tensor(y))
+        assert loss_ours.dtype is graphnn.float32
+        np.testing.assert_allclose(loss_ours.item(), loss_theirs.item(), rtol=2e-2)
+        for sc, opt, loss in ((sc_ours, opt_ours, loss_ours), (sc_theirs, opt_theirs,
+                                                                 loss_theirs)):
+            opt.zero_grad()
+            sc.scale(loss).backward()
+            sc.step(opt)
+            sc.update()
+        assert sc_ours.get_scale() == sc_theirs.get_scale()
+        for (name, p), q in zip(ours.named_parameters(), theirs.parameters()):
+            assert p.dtype is graphnn.float32 and p.grad.dtype is graphnn.float32, name
+            np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=2e-2,
+                                       atol=2e-3, err_msg=f"step {step} {name}")
+    assert sc_ours.get_scale() == 2.0 ** 14  # grew twice in six clean steps
+
+
+def _one_step(lib, scaler, model, opt, poison):
+    x, y = _data(0)
+    opt.zero_grad()
+    out = model(lib.tensor(x))
+    scaler.scale(((out - lib.tensor(y)) ** 2).mean()).backward()
+    if poison is not None:
+        with (torch.no_grad() if lib is torch else graphnn.no_grad()):
+            next(iter(model.parameters())).grad[0, 0] = poison
+    result = scaler.step(opt)
+    scaler.update()
+    return result
+
+
+def test_inf_or_nan_gradients_skip_the_step_back_off_and_growth_resumes_like_torch():
+    ours, theirs = _pair(1)
+    opt_ours = graphnn.optim.SGD(ours.parameters(), lr=0.1)
+    opt_theirs = torch.optim.SGD(theirs.parameters(), lr=0.1)
+    kw = dict(init_scale=256.0, growth_factor=4.0, backoff_factor=0.25, growth_interval=2)
+    sc_ours, sc_theirs = graphnn.amp.GradScaler(**kw), torch.amp.GradScaler("cpu", **kw)
+    for poison in (None, math.inf, None, None, None, math.nan, -math.inf, None):
+        before = [p.detach().numpy().copy() for p in ours.parameters()]
+        _one_step(graphnn, sc_ours, ours, opt_ours, poison)
+        _one_step(torch, sc_theirs, theirs, opt_theirs, poison)
+        assert sc_ours.get_scale() == sc_theirs.get_scale(), poison
+        assert sc_ours.state_dict() == sc_theirs.state_dict()
+        moved = [not np.array_equal(b, p.detach().numpy()) for b, p in
+                 zip(before, ours.parameters())]
+        assert all(moved) if poison is None else not any(moved)
+        for p, q in zip(ours.parameters(), theirs.parameters()):
+            np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5,
+                                       atol=1e-6)
+
+
+def test_unscale_then_clip_then_step_and_state_dict_round_trip():
+    ours, theirs = _pair(2)
+    results = []
+    for lib, model in ((graphnn, ours), (torch, theirs)):
+        scaler = (graphnn.amp.GradScaler if lib is graphnn else
+                  lambda **k: torch.amp.GradScaler("cpu", **k))(init_scale=1024.0)
+        x, y = _data(3)
+        scaler.scale(((model(lib.tensor(x)) - lib.tensor(y)) ** 2).sum()).backward()
+        opt = (graphnn.optim.SGD if lib is graphnn else torch.optim.SGD)(model.parameters(),
+                                                                         lr=0.1)
+        scaler.unscale_(opt)
+        grads = [p.grad.numpy().copy() for p in model.parameters()]
+        scaler.step(opt)  # does not unscale again
+        scaler.update(new_scale=64.0)
+        results.append((grads, scaler.get_scale(), scaler.state_dict()))
+    for g, t in zip(results[0][0], results[1][0]):
+        np.testing.assert_allclose(g, t, rtol=1e-5, atol=1e-6)
+    assert results[0][1] == results[1][1] == 64.0 and results[0][2] == results[1][2]
+    fresh = graphnn.amp.GradScaler()
+    fresh.load_state_dict(results[0][2])
+    assert fresh.state_dict() == results[0][2]
+
+
+def test_misuse_and_disabled_scalers_behave_like_torch():
+    model, _ = _pair(4)
+    opt = graphnn.optim.SGD(model.parameters(), lr=0.1)
+    scaler = graphnn.amp.GradScaler()
+    with pytest.raises(AssertionError, match="No inf checks"):
+        scaler.update()
+    scaler.scale(model(graphnn.ones(2, 6)).sum()).backward()
+    scaler.unscale_(opt)
+    with pytest.raises(RuntimeError, match="already been called"):
+        scaler.unscale_(opt)
+    scaler.step(opt)
+    with pytest.raises(RuntimeError, match="step"):
+        scaler.step(opt)
+    off = graphnn.amp.GradScaler(enabled=False)
+    loss = model(graphnn.ones(2, 6)).sum()
+    assert off.scale(loss) is loss and off.get_scale() == 1.0 and off.state_dict() == {}
+    with pytest.raises(RuntimeError, match="empty"):
+        graphnn.amp.GradScaler().load_state_dict({})
+    with pytest.raises(ValueError):
+        graphnn.amp.GradScaler(growth_factor=0.5)
