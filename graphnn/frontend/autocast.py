@@ -63,6 +63,8 @@ class autocast:
 
     ``dtype`` defaults to bfloat16 on "cpu" and float16 on "cuda", as in PyTorch; it must be
     float16 or bfloat16. Leaving the block restores the state it found (nesting works).
+    ``cache_enabled`` is accepted as PyTorch's is; graphnn keeps no cache of cast weights
+    (each op casts its operands again).
     """
 
     def __init__(self, device_type: str = "cpu", dtype=None, enabled: bool = True,
