@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import math
 
-from graphnn.ir.dtypes import DType
+import numpy as np
+
+from graphnn.ir.dtypes import DType, compute_np
+from graphnn.ir.ops.shape_rules import promoted
 
 FLOAT_COMPUTE = {"float16": "tl.float32", "bfloat16": "tl.float32", "float32": "tl.float32",
                  "float64": "tl.float64"}
@@ -54,14 +57,9 @@ def number(value) -> str:
 
 
 def _common(node) -> str:
-    """The compute dtype two operands are compared in: float64 if either is, float32 if
-    either is a float, else int64."""
-    names = {v.type.dtype.name for v in node.inputs}
-    if "float64" in names:
-        return "tl.float64"
-    if names & set(FLOAT_COMPUTE):
-        return "tl.float32"
-    return "tl.int1" if names == {"bool"} else "tl.int64"
+    """The compute dtype of a comparison's or logical op's operands: their promoted dtype
+    (0-d operands promote as in PyTorch), as the reference implementation computes."""
+    return compute(promoted([v.type for v in node.inputs]))
 
 
 def _out(node) -> str:
@@ -95,15 +93,18 @@ def _float_unary(template):
         out = _out(node)
         if out not in ("tl.float32", "tl.float64"):
             raise Unlowered(f"{node.op} with a {out} result")
-        return template(em.tmp(_operands(node, args, em, out)[0]), em)
+        return template(em.tmp(_operands(node, args, em, out)[0]), out, em)
     return lower
 
 
-def _tanh(x, em):
-    """sign(x) * (1 - exp(-2|x|)) / (1 + exp(-2|x|)), exact at +-inf, NaN for NaN."""
-    e = em.tmp(f"tl.exp(-2.0 * tl.abs({x}))")
+def _tanh(x, out, em):
+    """sign(x) * (1 - exp(-2|x|)) / (1 + exp(-2|x|)), computed in float64 and rounded once:
+    the float32 formula is ~1.5 ulp off, which 1 - tanh(x)**2 (its gradient) amplifies near
+    +-1. Exact at +-inf, NaN for NaN."""
+    wide = em.tmp(f"{x}.to(tl.float64)")
+    e = em.tmp(f"tl.exp(-2.0 * tl.abs({wide}))")
     t = em.tmp(f"(1.0 - {e}) / (1.0 + {e})")
-    return f"tl.where({x} < 0, -{t}, {t})"
+    return f"tl.where({wide} < 0, -{t}, {t}).to({out})"
 
 
 def _gelu(node, args, em):
@@ -113,7 +114,7 @@ def _gelu(node, args, em):
     x = em.tmp(_operands(node, args, em, out)[0])
     if node.attrs.get("approximate", "none") == "tanh":
         inner = em.tmp(f"0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})")
-        return f"0.5 * {x} * (1.0 + {em.tmp(_tanh(inner, em))})"
+        return f"0.5 * {x} * (1.0 + {em.tmp(_tanh(inner, out, em))})"
     return f"0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476))"
 
 
@@ -136,11 +137,11 @@ def _relu(node, args, em):
 def _clamp(node, args, em):
     out = _out(node)
     x = em.tmp(_operands(node, args, em, out)[0])
-    lo, hi = node.attrs.get("min"), node.attrs.get("max")
-    if lo is not None:
-        x = em.tmp(f"tl.where({x} < {number(lo)}, {number(lo)}, {x})")
-    if hi is not None:
-        x = em.tmp(f"tl.where({x} > {number(hi)}, {number(hi)}, {x})")
+    dtype = compute_np(node.outputs[0].type.dtype.np)
+    for bound, test in ((node.attrs.get("min"), "<"), (node.attrs.get("max"), ">")):
+        if bound is not None:  # in the result's dtype, wrapping as the reference converts it
+            b = number(np.asarray(bound).astype(dtype).item())
+            x = em.tmp(f"tl.where({x} {test} {b}, {b}, {x}).to({out})")
     return x
 
 
@@ -153,7 +154,8 @@ def _compare(symbol):
 
 def _logical(symbol):
     def lower(node, args, em):
-        a, b = _operands(node, args, em, "tl.int1")
+        common = _common(node)
+        a, b = (em.cast(x, common, "tl.int1") for x in _operands(node, args, em, common))
         return f"({a} {symbol} {b})"
     return lower
 
@@ -187,22 +189,23 @@ def _abs(node, args, em):
 
 
 def _sign(node, args, em):
+    """(x > 0) - (x < 0): 0 for NaN and both zeros, as the reference."""
     out = _out(node)
-    if out in ("tl.int1", "tl.uint8"):
-        raise Unlowered("sign of an unsigned type")
+    if out == "tl.int1":
+        return args[0]
     x = em.tmp(_operands(node, args, em, out)[0])
-    return f"tl.where({x} > 0, 1, tl.where({x} < 0, -1, {x})).to({out})"
+    return f"(({x} > 0).to({out}) - ({x} < 0).to({out}))"
 
 
 TABLE = {
     "add": _arith("+", "|"), "sub": _arith("-"), "mul": _arith("*", "&"), "div": _div,
     "neg": _neg, "abs": _abs, "sign": _sign,
-    "exp": _float_unary(lambda x, em: f"tl.exp({x})"),
-    "log": _float_unary(lambda x, em: f"tl.log({x})"),
-    "sqrt": _float_unary(lambda x, em: f"tl.sqrt({x})"),
-    "rsqrt": _float_unary(lambda x, em: f"(1.0 / tl.sqrt({x}))"),
-    "erf": _float_unary(lambda x, em: f"tl.erf({x})"),
-    "sigmoid": _float_unary(lambda x, em: f"(1.0 / (1.0 + tl.exp(-{x})))"),
+    "exp": _float_unary(lambda x, out, em: f"tl.exp({x})"),
+    "log": _float_unary(lambda x, out, em: f"tl.log({x})"),
+    "sqrt": _float_unary(lambda x, out, em: f"tl.sqrt({x})"),
+    "rsqrt": _float_unary(lambda x, out, em: f"(1.0 / tl.sqrt({x}))"),
+    "erf": _float_unary(lambda x, out, em: f"tl.erf({x})"),
+    "sigmoid": _float_unary(lambda x, out, em: f"(1.0 / (1.0 + tl.exp(-{x})))"),
     "tanh": _float_unary(_tanh), "gelu": _gelu, "relu": _relu, "clamp": _clamp,
     "maximum": _extremum("maximum"), "minimum": _extremum("minimum"),
     "eq": _compare("=="), "ne": _compare("!="), "lt": _compare("<"), "le": _compare("<="),
