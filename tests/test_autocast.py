@@ -3,6 +3,7 @@ gives, its values, gradients reaching float32 parameters, nesting and the decora
 trace (the graph gets the casts) and a model compiled under autocast."""
 from __future__ import annotations
 
+import copy
 import numpy as np
 import pytest
 import torch
@@ -159,6 +160,26 @@ def test_model_compiled_under_autocast_matches_eager():
     np.testing.assert_allclose(compiled.detach().float().numpy(), eager.detach().float().numpy(),
                                rtol=1e-2, atol=1e-2)
     np.testing.assert_array_equal(again.detach().numpy(), compiled.detach().numpy())
+
+
+def test_entering_or_leaving_autocast_recompiles_with_the_reason():
+    """The autocast state is part of a compiled call's signature: a model compiled outside
+    autocast and called inside it follows autocast, as eager does, and back."""
+    graphnn.manual_seed(0)
+    net, x = _Net(), graphnn.randn(5, 8)
+    twin = copy.deepcopy(net)
+    net.compile()
+    plain = net(x)
+    with graphnn.autocast("cpu", dtype=graphnn.float16):
+        inside, eager = net(x), twin(x)
+    again = net(x)
+    assert plain.dtype is again.dtype is graphnn.float32
+    assert inside.dtype is eager.dtype is graphnn.float16
+    np.testing.assert_allclose(inside.detach().float().numpy(), eager.detach().float().numpy(),
+                               rtol=1e-2, atol=1e-2)
+    assert net.forward.compiles == 2
+    assert "autocast off -> cpu float16" in net.forward.recompile_reasons[0]
+    np.testing.assert_array_equal(again.detach().numpy(), plain.detach().numpy())
 
 
 def test_interop_helper_feeds_autocast_results_to_torch():

@@ -54,6 +54,7 @@ from .results import detached, result_template
 from .step_state import StepState
 from .training import TapeBackward
 from ..frontend import trace_state
+from ..frontend.autocast import state_key as autocast_state
 from ..frontend.grad_mode import is_grad_enabled
 from ..frontend.random import get_rng_state, set_rng_state
 from ..frontend.tensor import Tensor
@@ -290,7 +291,7 @@ class CompiledFunction:
         inputs = tuple(spec_of(t) for t in tensors)
         sig = Signature((self.dynamic and with_dynamic_batch(inputs)) or inputs, static,
                         tuple((k, spec_of(t)) for k, t in state.items()),
-                        training, is_grad_enabled(), call.key)
+                        training, is_grad_enabled(), call.key, autocast_state())
         return sig, state
 
     def _new_entry(self, sig, args, kwargs, tensors):

@@ -2,7 +2,8 @@
 
 A call's signature holds, per tensor input, its shape, dtype and ``requires_grad``; the
 non-tensor arguments (specialised at trace time, so part of the key); per parameter/buffer its
-shape, dtype and ``requires_grad``; the module's training flag and the grad mode. Two calls with
+shape, dtype and ``requires_grad``; the module's training flag, the grad mode and the autocast
+state (a trace records autocast's casts). Two calls with
 equal signatures can run the same kernel. ``describe_change`` says, readably, why a new
 signature needed a recompile (``input 0 shape [32,3,32,32] -> [16,3,32,32]``). With
 ``dynamic=True`` the batch dimension is left open (``None``, printed ``B``) by
@@ -38,6 +39,7 @@ class Signature:
     training: bool
     grad_enabled: bool
     context: tuple = ()  # a traced function's other specialisations (optimizer settings...)
+    autocast: tuple = ()  # the autocast state traced under: ((device type, dtype name), ...)
 
     @property
     def dynamic(self) -> bool:
@@ -137,9 +139,16 @@ def describe_change(old: Signature, new: Signature) -> str:
         changes.append(f"training mode {old.training} -> {new.training}")
     if old.grad_enabled != new.grad_enabled:
         changes.append(f"grad mode {old.grad_enabled} -> {new.grad_enabled}")
+    if old.autocast != new.autocast:
+        changes.append(f"autocast {_autocast_text(old.autocast)} -> "
+                       f"{_autocast_text(new.autocast)}")
     if old.context != new.context:
         changes += _context_changes(old.context, new.context)
     return "; ".join(changes) or "no change"
+
+
+def _autocast_text(state: tuple) -> str:
+    return ", ".join(f"{device} {dtype}" for device, dtype in state) or "off"
 
 
 def check_inputs(specs, arrays, where: str) -> None:
