@@ -221,3 +221,33 @@ def test_ops_that_refuse_bfloat16_operands_say_so():
     x = graphnn.ones(2, dtype=graphnn.bfloat16)
     with pytest.raises(GraphnnError):
         x @ graphnn.ones(2)  # torch refuses mixed matmul dtypes too
+
+
+@pytest.mark.parametrize("name", sorted(n for n, info in OP_DB.items() if F16 in info.dtypes))
+def test_numpy_kernels_compute_bfloat16_as_the_interpreter(name):
+    """The NumPy backend's generated code on bfloat16 samples (ml_dtypes' type bound in the
+    kernel header): bit for bit the interpreter (checked against torch above), but for the
+    GEMM-based lowerings, whose float32 sums in another order may round one ulp apart."""
+    from test_codegen_numpy import _one_node_graph, assert_same
+    from compile_helpers import load_numpy_kernel, numpy_source
+    from graphnn.codegen.numpy.lowerings import GEMM_OPS
+    from graphnn.ir import interpret
+    for sample in map(_bf16_sample, OP_DB[name].sample_list(F16)):
+        graph = _one_node_graph(name, sample)
+        kernel = load_numpy_kernel(numpy_source(graph))
+        expected = interpret(graph, *sample.inputs)
+        got = kernel(list(sample.inputs), {}, {})
+        assert _dtypes(got) == _dtypes(expected), f"{name} {sample}"
+        assert_same(_widened(got), _widened(expected), f"{name} {sample}",  # NaNs compare equal
+                    rtol=2.0 ** -7 if name in GEMM_OPS else 0)
+
+
+def _dtypes(results):
+    return [a.dtype for a in results] if isinstance(results, (tuple, list)) else results.dtype
+
+
+def _widened(results):
+    """bfloat16 leaves as float32 (exactly), which NumPy's testing helpers understand."""
+    if isinstance(results, (tuple, list)):
+        return tuple(_widened(a) for a in results)
+    return results.astype(np.float32) if results.dtype == BF16 else results

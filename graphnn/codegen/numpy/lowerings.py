@@ -14,8 +14,8 @@ reductions with ``out=``, softmax, max pooling and its backward, ``scatter_add``
 (``np.add.at`` on flat positions), ``slice_scatter`` and attention compute the same values in the same order as the
 reference implementations: equal to the interpreter bit for bit. They are emitted only where
 that holds: every data operand has the compute dtype, results are not 0-d (but for ufuncs and
-reductions, whose 0-d results are made arrays), and float16 is computed in float32
-(``dtype=np.float32``) and rounded once, as the reference does. GEMM-based
+reductions, whose 0-d results are made arrays), and float16 and bfloat16 are computed in
+float32 (``dtype=np.float32``) and rounded once, as the reference does. GEMM-based
 lowerings (``matmul`` and ``matmul_epilogue`` with the leading dims of a 3-D+ operand folded
 into one GEMM (a batched product summed over its batch is one GEMM already: the
 ``contraction_layout`` pass rewrites it); ``conv2d``/``conv2d_epilogue`` as im2col columns in a
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphnn.ir import get_op
+from graphnn.ir.dtypes import LOW_PRECISION
 from graphnn.ir.ops.pool import has_outside_windows
 from graphnn.ir.ops.shape_rules import normalize_dims
 
@@ -64,9 +65,13 @@ LOGICAL = {"logical_and", "logical_or", "logical_xor", "logical_not"}
 FLOAT_GEMM = ("float32", "float64")  # dtypes the GEMM/conv/attention templates take
 
 
-def np_dtype(value) -> str:
-    """``np.float32`` etc.: the NumPy spelling of a value's dtype."""
+def np_dtype(value, ctx) -> str:
+    """``np.float32`` etc.: the spelling of a value's NumPy scalar type in generated code.
+    NumPy has no bfloat16: ``ctx`` binds ``bfloat16`` in the module header to ml_dtypes'
+    scalar type (through graphnn's dtypes, so a cached kernel loads it on its own)."""
     name = value.type.dtype.np.name
+    if name == "bfloat16":
+        return ctx.bind("bfloat16", "_rt.dtype('bfloat16').np.type")
     return "np.bool_" if name == "bool" else f"np.{name}"
 
 
@@ -94,7 +99,7 @@ def ufunc_compute(node, data_from: int = 0, scalar: bool = False):
         return "" if dt.np == np.bool_ else None
     if node.outputs[0].type.dtype != dt:
         return None
-    return "float32" if dt.np == np.float16 else ""
+    return "float32" if dt in LOW_PRECISION else ""
 
 
 def _zero_d(call: str, node, out: str) -> str:
@@ -104,12 +109,13 @@ def _zero_d(call: str, node, out: str) -> str:
 
 
 def _call(fn, args, node, ctx, compute, inplace=True) -> str:
-    """``fn(args, out=bK[, dtype=...])``; float16 through float32, rounded into the result."""
+    """``fn(args, out=bK[, dtype=...])``; float16/bfloat16 through float32, rounded into
+    the result."""
     extra = f", dtype=np.{compute}" if compute else ""
     out = ctx.out_arg(node, inplace=inplace)
     call = f"{fn}({', '.join(args)}{out}{extra})"
     if compute and not out:
-        call += f".astype({np_dtype(node.outputs[0])})"
+        call += f".astype({np_dtype(node.outputs[0], ctx)})"
     return _zero_d(call, node, out)
 
 
@@ -124,11 +130,11 @@ def _relu(node, args, ctx):
     compute = ufunc_compute(node, scalar=True)
     if compute is None:
         return None
-    return _call("np.maximum", [args[0], f"{np_dtype(node.outputs[0])}(0)"], node, ctx, compute)
+    return _call("np.maximum", [args[0], f"{np_dtype(node.outputs[0], ctx)}(0)"], node, ctx, compute)
 
 
 def _rsqrt(node, args, ctx):
-    if ufunc_compute(node) != "" or not _dtype_name(node.inputs[0]).startswith("float"):
+    if ufunc_compute(node) != "" or not node.inputs[0].type.dtype.is_floating_point:
         return None
     return f"_rt.rsqrt({args[0]}{ctx.out_arg(node, inplace=True)})"
 
@@ -141,7 +147,7 @@ def _where(node, args, ctx):
 
 
 def _cast(node, args, ctx):
-    return f"{args[0]}.astype({np_dtype(node.outputs[0])})"
+    return f"{args[0]}.astype({np_dtype(node.outputs[0], ctx)})"
 
 
 def _reshape(node, args, ctx):
@@ -205,7 +211,7 @@ def _mean(node, args, ctx):
     count = math.prod(t.shape[a] for a in axes)
     out = ctx.out_arg(node)
     return _zero_d(f"_rt.mean({args[0]}, {axes!r}, {node.attrs['keepdim']}, "
-                   f"{np_dtype(node.outputs[0])}({count}){out})", node, out)
+                   f"{np_dtype(node.outputs[0], ctx)}({count}){out})", node, out)
 
 
 def _softmax(node, args, ctx):
@@ -300,7 +306,7 @@ def _conv_grad(kind):
 
 
 def _max_pool2d(node, args, ctx):
-    if not _dtype_name(node.inputs[0]).startswith("float"):
+    if not node.inputs[0].type.dtype.is_floating_point:
         return None
     geo = ", ".join(f"{k}={node.attrs[k]!r}" for k in
                     ("kernel_size", "stride", "padding", "dilation", "ceil_mode"))

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from graphnn.ir import TensorType, get_op
-from graphnn.ir.dtypes import as_dtype
+from graphnn.ir.dtypes import as_dtype, dtype_from_name
 from graphnn.ir.errors import IndexError_
 from graphnn.ir.ops.pool import first_taps_inside
 
@@ -32,14 +32,14 @@ def ttype(shape, dtype_name: str) -> TensorType:
 
 def const(b64: str, dtype_name: str, shape) -> np.ndarray:
     """A constant embedded in the source as base64 bytes; read-only so no kernel overwrites it."""
-    array = np.frombuffer(base64.b64decode(b64), dtype=np.dtype(dtype_name)).reshape(shape).copy()
+    array = np.frombuffer(base64.b64decode(b64), dtype=dtype_from_name(dtype_name).np).reshape(shape).copy()
     array.flags.writeable = False
     return array
 
 
 def filled(value, dtype_name: str, shape) -> np.ndarray:
     """A constant holding one value everywhere; read-only like ``const``'s."""
-    array = np.full(shape, value, dtype=np.dtype(dtype_name))
+    array = np.full(shape, value, dtype=dtype_from_name(dtype_name).np)
     array.flags.writeable = False
     return array
 
@@ -66,7 +66,7 @@ def contiguous(a) -> np.ndarray:
 
 def allocate(specs) -> tuple:
     """One uninitialised array per ``(shape, numpy dtype name)`` spec: a kernel's scratch."""
-    return tuple(np.empty(shape, dtype=np.dtype(dt)) for shape, dt in specs)
+    return tuple(np.empty(shape, dtype=dtype_from_name(dt).np) for shape, dt in specs)
 
 
 # ---- elementwise -------------------------------------------------------------------------------
