@@ -130,7 +130,8 @@ def _relu(node, args, ctx):
     compute = ufunc_compute(node, scalar=True)
     if compute is None:
         return None
-    return _call("np.maximum", [args[0], f"{np_dtype(node.outputs[0], ctx)}(0)"], node, ctx, compute)
+    zero = f"{np_dtype(node.outputs[0], ctx)}(0)"
+    return _call("np.maximum", [args[0], zero], node, ctx, compute)
 
 
 def _rsqrt(node, args, ctx):

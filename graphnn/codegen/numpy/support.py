@@ -32,7 +32,8 @@ def ttype(shape, dtype_name: str) -> TensorType:
 
 def const(b64: str, dtype_name: str, shape) -> np.ndarray:
     """A constant embedded in the source as base64 bytes; read-only so no kernel overwrites it."""
-    array = np.frombuffer(base64.b64decode(b64), dtype=dtype_from_name(dtype_name).np).reshape(shape).copy()
+    data = np.frombuffer(base64.b64decode(b64), dtype=dtype_from_name(dtype_name).np)
+    array = data.reshape(shape).copy()
     array.flags.writeable = False
     return array
 
