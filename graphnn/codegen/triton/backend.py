@@ -7,7 +7,7 @@ returns a module defining one ``@triton.jit`` function per pointwise and reducti
 
 - pointwise and reduction kernels: a fresh output tensor per write, then one launch;
 - views (reshape, permute, expand, slice): the torch view of the tensor (a kernel reading one
-  gets it made contiguous);
+  gets it made contiguous); ``full``: ``torch.full`` on the device;
 - everything else (GEMM, convolution, pooling, attention, indexing, random, creation, and any
   kernel with an op the templates lack): EXTERN, the op's registry implementation on host
   arrays (download, run, upload). Correct and slow: this is where later kernels plug in.
@@ -22,7 +22,10 @@ the multi-program and looped paths).
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
+
+import numpy as np
 
 from graphnn.ir.schedule import KernelKind
 
@@ -59,6 +62,25 @@ def _view(node, x: str) -> str:
     return f"{x}[{', '.join(parts)}{',' if len(parts) == 1 else ''}]" if parts else x
 
 
+def _number(value) -> str:
+    """A Python scalar as wrapper source (infinities and NaN through ``float``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"float({str(value)!r})"
+    return repr(value)
+
+
+def _fill(node) -> str | None:
+    """The torch source of a ``full`` node (its value converted to the dtype as the reference
+    converts it), or None for a dtype torch does not hold here."""
+    dtype = node.attrs["dtype"]
+    if dtype.name == "bfloat16":
+        return None
+    with np.errstate(all="ignore"):
+        value = np.array(node.attrs["value"]).astype(dtype.np).item()
+    shape = tuple(int(s) for s in node.attrs["shape"])
+    return f"_rt.full({shape!r}, {_number(value)}, {dtype.name!r})"
+
+
 class _Module:
     """The generated module's pieces: module-level bindings, jit functions, the body."""
 
@@ -66,6 +88,7 @@ class _Module:
         self.graph, self.blocks, self.interpreter_form = graph, blocks, interpreter_form
         self.header: list[str] = []
         self.functions: list[str] = []
+        self.signatures: dict = {}  # jit function name -> (signature, constexprs)
         self.body: list[str] = []
         self.var: dict = {}  # value name -> Python variable
         self.position = {id(n): i for i, n in enumerate(graph.nodes)}
@@ -90,6 +113,11 @@ class _Module:
             if x.name in self.shared:
                 self.shared.add(out.name)
             return
+        if unit.kind is KernelKind.POINTWISE and unit.nodes[0].op == "full" and \
+                _fill(unit.nodes[0]) is not None:
+            out = unit.nodes[0].outputs[0]
+            self.emit(f"{self.name(out)} = {_fill(unit.nodes[0])}", out)
+            return
         make = {KernelKind.POINTWISE: kernels.pointwise,
                 KernelKind.REDUCTION: kernels.reduction}.get(unit.kind)
         if make is not None:
@@ -103,6 +131,7 @@ class _Module:
 
     def _launch(self, unit, launch) -> None:
         self.functions.append(launch.source)
+        self.signatures[f"_{unit.name}"] = (launch.signature, launch.blocks)
         for v in unit.writes:
             self.emit(f"{self.name(v)} = _rt.empty({tuple(v.type.shape)!r}, "
                       f"{v.type.dtype.name!r})", v)
@@ -154,7 +183,7 @@ def generate(schedule, plan=None, kernel_id=None, blocks=DEFAULT_BLOCKS,
     for v in graph.params:
         m.emit(f"{m.name(v)} = params[{v.name!r}]", v)
     for i, v in enumerate(graph.consts):
-        m.header.append(f"{m.name(v)} = _rt.const(GRAPH, {i})  # %{comment_text(v.name)}")
+        m.emit(f"{m.name(v)} = CONSTANTS[{i}]", v)
     m.shared.update(v.name for v in [*graph.inputs, *graph.params, *graph.consts])
     for unit in units(schedule):
         m.unit(unit)
@@ -168,10 +197,13 @@ def generate(schedule, plan=None, kernel_id=None, blocks=DEFAULT_BLOCKS,
              "",
              "from graphnn.codegen.triton import support as _rt",
              "",
-             f"GRAPH = _rt.parse_graph({str(graph)!r})"]
+             f"GRAPH = _rt.parse_graph({str(graph)!r})",
+             "CONSTANTS = _rt.Constants(GRAPH)"]
     lines += m.header
     for fn in m.functions:
         lines += ["", "", fn]
+    lines += ["", "", "# each jit function's argument types and block sizes (ahead-of-time compilation)",
+              f"SIGNATURES = {m.signatures!r}"]
     lines += ["", "", "def kernel(inputs, params, buffers):"]
     lines += ["    " + line for line in m.body]
     return "\n".join(lines) + "\n"

@@ -56,8 +56,9 @@ class TorchDevice(Device):
         return torch.from_numpy(array).to(self.place())
 
     def download(self, array):
-        host = array.detach().cpu()
-        return host.numpy().copy() if host is array else host.numpy()
+        if array.device.type == "cpu":  # .numpy() would share the tensor's memory
+            return array.detach().numpy().copy()
+        return array.detach().cpu().numpy()
 
     def copy(self, src, dst):
         dst.copy_(src)

@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from graphnn.ir.ops.shape_rules import normalize_dims
 from graphnn.ir.registry import OpGroup, get_op
 
@@ -163,22 +165,39 @@ def _comment(value) -> str:
     return f"%{comment_text(value.name)}: {value.type}"
 
 
-def _signature(name, unit, constexprs) -> list:
+def _header(name, unit, constexprs) -> list:
+    """The decorator, the ``def`` line and one comment line per pointer argument."""
     args = [f"in{i}" for i in range(len(unit.reads))] + \
-           [f"out{i}" for i in range(len(unit.writes))]
-    lines = ["@triton.jit", f"def {name}({', '.join(args + [c + ': tl.constexpr' for c in constexprs])}):"]
+        [f"out{i}" for i in range(len(unit.writes))] + [f"{c}: tl.constexpr" for c in constexprs]
+    lines = ["@triton.jit", f"def {name}({', '.join(args)}):"]
     lines += [f"    # in{i} {_comment(v)}" for i, v in enumerate(unit.reads)]
     lines += [f"    # out{i} {_comment(v)}" for i, v in enumerate(unit.writes)]
     return lines
 
 
+POINTER_TYPES = {"bool": "*i1", "uint8": "*u8", "int8": "*i8", "int16": "*i16", "int32": "*i32",
+                 "int64": "*i64", "float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32",
+                 "float64": "*fp64"}
+
+
 @dataclass
 class Launch:
-    """A generated kernel: its source, the grid size and the constexpr block sizes."""
+    """A generated kernel: its source, the grid size, the constexpr block sizes and its
+    signature (argument name -> Triton type, as ahead-of-time compilation takes it)."""
 
     source: str
     grid: int
     blocks: dict
+    signature: dict
+
+
+def _launch(name, unit, body, grid, blocks) -> Launch:
+    signature = {f"in{i}": POINTER_TYPES[v.type.dtype.name] for i, v in enumerate(unit.reads)}
+    signature.update({f"out{i}": POINTER_TYPES[v.type.dtype.name]
+                      for i, v in enumerate(unit.writes)})
+    signature.update({k: "constexpr" for k in blocks})
+    source = "\n".join(_header(name, unit, list(blocks)) + body.lines)
+    return Launch(source, grid, blocks, signature)
 
 
 def pointwise(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
@@ -213,8 +232,7 @@ def pointwise(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch
         body.store(f"out{k}", _offset(strides, "offs", "i", dims, shape), value(v), "mask",
                    v.type.dtype)
     block = min(_pow2(numel), blocks.pointwise)
-    source = "\n".join(_signature(name, unit, ["BLOCK"]) + body.lines)
-    return Launch(source, -(-numel // block), {"BLOCK": block})
+    return _launch(name, unit, body, -(-numel // block), {"BLOCK": block})
 
 
 # ---- reductions ------------------------------------------------------------------------------
@@ -255,7 +273,7 @@ class _Reduction:
         self.block_r = max(1, min(_pow2(self.rows), blocks.tile // self.block_c))
         self.body = _Body(interpreter_form)
         self.acc_type = compute(pivot.outputs[0].type.dtype)
-        self.space = self._spaces()
+        self.spaces = self._spaces()
         self.row_vars: dict = {}
         self.full_vars: dict = {}
 
@@ -265,41 +283,39 @@ class _Reduction:
             shape, self.row_target, self.row_dims, len(self.shape)) is not None
 
     def _spaces(self) -> dict:
-        """{result name: FULL or ROW} for every node of the kernel."""
-        inside = {v.name: n for n in self.unit.nodes for v in n.outputs}
-        dependent, space = set(), {}
-        for node in self.unit.nodes:
-            if node is self.pivot or any(v.name in dependent for v in node.inputs):
-                dependent.add(node.outputs[0].name)
+        """{result name: the spaces (FULL, ROW) it is computed in} for every node.
+
+        A node computed from the pivot lives in one space: per row when its shape fits the
+        pivot's result and it reads no per-element value computed from the pivot, else per
+        element. A node independent of the pivot is computed in every space its readers
+        need (per element for the pivot and for writes), so a per-row epilogue may read a
+        small prologue value (e.g. a where over the row maxima, as logsumexp decomposes)."""
+        dependent, spaces = set(), {}
         for node in self.unit.nodes:
             name = node.outputs[0].name
             if node is self.pivot:
-                space[name] = FULL if self.normalization else ROW
-            elif name in dependent:
-                full_input = any(space.get(v.name) == FULL and v.name in dependent
-                                 for v in node.inputs)
-                space[name] = FULL if full_input or not self._fits_rows(
-                    node.outputs[0].type.shape) else ROW
+                dependent.add(name)
+                spaces[name] = {FULL if self.normalization else ROW}
+            elif any(v.name in dependent for v in node.inputs):
+                dependent.add(name)
+                full = any(v.name in dependent and FULL in spaces[v.name] for v in node.inputs)
+                row = not full and self._fits_rows(node.outputs[0].type.shape)
+                spaces[name] = {ROW if row else FULL}
         written = {v.name for v in self.unit.writes}
-        readers = {}
-        for node in self.unit.nodes:
-            for v in node.inputs:  # the pivot reads its input per element
-                readers.setdefault(v.name, []).append(
-                    FULL if node is self.pivot else node.outputs[0].name)
         for node in reversed(self.unit.nodes):
             name = node.outputs[0].name
             if name in dependent:
                 continue
-            row = (name not in written and readers.get(name)
-                   and all(r != FULL and space.get(r) == ROW for r in readers[name])
-                   and self._fits_rows(node.outputs[0].type.shape))
-            space[name] = ROW if row else FULL
-        for node in self.unit.nodes:
-            if node is not self.pivot and space[node.outputs[0].name] == ROW and any(
-                    v.name in inside and space[v.name] == FULL for v in node.inputs):
-                raise Unlowered("a per-row value read from a full-shape one")
+            need = {FULL} if name in written else set()
+            for reader in self.unit.nodes:
+                if any(v.name == name for v in reader.inputs):
+                    need |= {FULL} if reader is self.pivot else \
+                        spaces[reader.outputs[0].name]
+            if ROW in need and not self._fits_rows(node.outputs[0].type.shape):
+                raise Unlowered(f"%{name} is read per row but is not constant along a row")
+            spaces[name] = need or {FULL}
         self.dependent = dependent
-        return space
+        return spaces
 
     # -- values
     def _strides(self, v, space):
@@ -317,10 +333,12 @@ class _Reduction:
         return f"({row})[:, None] + ({col})[None, :]"
 
     def value(self, v, space) -> str:
-        if space == ROW or self.space.get(v.name) == ROW:
+        """The variable of ``v`` in ``space`` (a load on first use of a read)."""
+        inside = self.spaces.get(v.name)
+        if space == ROW or (inside is not None and FULL not in inside):
             if v.name not in self.row_vars:
                 strides = self._strides(v, ROW)
-                if strides is None or v.name in self.space:
+                if strides is None or inside is not None:
                     raise Unlowered(f"%{v.name} is not available per row")
                 self.row_vars[v.name] = self.body.load(
                     f"in{self.unit.read_index(v)}", self._row_offset(strides), "rmask",
@@ -329,7 +347,7 @@ class _Reduction:
             return var if space == ROW else f"{var}[:, None]"
         if v.name not in self.full_vars:
             strides = self._strides(v, FULL)
-            if strides is None or v.name in self.space:
+            if strides is None or inside is not None:
                 raise Unlowered(f"%{v.name} does not broadcast to {self.shape}")
             self.full_vars[v.name] = self.body.load(
                 f"in{self.unit.read_index(v)}", self._full_offset(strides), "mask", v.type.dtype)
@@ -338,7 +356,7 @@ class _Reduction:
     def compute_nodes(self, space, dependent) -> None:
         for node in self.unit.nodes:
             name = node.outputs[0].name
-            if node is self.pivot or self.space[name] != space \
+            if node is self.pivot or space not in self.spaces[name] \
                     or (name in self.dependent) != dependent:
                 continue
             if get_op(node.op).group is not OpGroup.ELEMENTWISE:
@@ -405,8 +423,13 @@ def _pivot_result(r: _Reduction) -> str | None:
         return "red_s" if op == "sum" else f"red_s / {cols!r}"
     if op in ("amax", "amin"):
         kind = "max" if op == "amax" else "min"
-        if not is_float:
-            raise Unlowered(f"{op} of integers")
+        if not is_float:  # integers (bools as int8): the dtype's extreme is neutral
+            boolean = r.acc_type == "tl.int1"
+            r.acc_type = "tl.int8" if boolean else r.acc_type
+            info = np.iinfo(r.acc_type.removeprefix("tl."))
+            extreme = str(info.min if kind == "max" else info.max)
+            r.reduce([_Acc("red_m", lambda v: f"tl.where(mask, {v}, {extreme})", kind, extreme)])
+            return "(red_m != 0)" if boolean else "red_m"
         extreme = '-float("inf")' if kind == "max" else 'float("inf")'
         r.reduce([_Acc("red_m", lambda v: f"tl.where(mask, {v}, {extreme})", kind, extreme),
                   _Acc("red_n", lambda v: f"tl.where(mask & ({v} != {v}), 1.0, 0.0)", "sum",
@@ -455,9 +478,9 @@ def reduction(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch
         r.row_vars[out.name] = body.rounded(out.type.dtype, result)
     r.compute_nodes(ROW, False)
     r.compute_nodes(ROW, True)
-    full_writes = [v for v in unit.writes if r.space[v.name] == FULL]
+    full_writes = [v for v in unit.writes if FULL in r.spaces[v.name]]
     for k, v in enumerate(unit.writes):
-        if r.space[v.name] == ROW:
+        if FULL not in r.spaces[v.name]:
             body.store(f"out{k}", r._row_offset(r._strides(v, ROW)), r.row_vars[v.name],
                        "rmask", v.type.dtype)
     if full_writes:
@@ -467,9 +490,9 @@ def reduction(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch
             r.full_vars[out.name] = body.rounded(out.type.dtype, _normalized(r, r.pivot_input()))
         r.compute_nodes(FULL, True)
         for k, v in enumerate(unit.writes):
-            if r.space[v.name] == FULL:
+            if FULL in r.spaces[v.name]:
                 body.store(f"out{k}", r._full_offset(r._strides(v, FULL)),
                            r.value(v, FULL), "mask", v.type.dtype)
-    source = "\n".join(_signature(name, unit, ["BLOCK_R", "BLOCK_C"]) + body.lines)
-    return Launch(source, -(-r.rows // r.block_r), {"BLOCK_R": r.block_r, "BLOCK_C": r.block_c})
+    return _launch(name, unit, body, -(-r.rows // r.block_r),
+                   {"BLOCK_R": r.block_r, "BLOCK_C": r.block_c})
 

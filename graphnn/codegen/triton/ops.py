@@ -172,6 +172,33 @@ def _where(node, args, em):
     return f"tl.where({c}, {a}, {b})"
 
 
+def known_scalar(value):
+    """The number a value is known to hold everywhere at generation time (a one-element
+    constant, or a ``full`` node's fill), else None."""
+    if value.kind == "const" and value.data is not None and np.size(value.data) == 1:
+        return np.asarray(value.data).item()
+    producer = value.producer
+    if producer is not None and producer.op == "full":
+        return producer.attrs["value"]
+    return None
+
+
+_POWERS = {1.0: "{x}", 2.0: "({x} * {x})", 3.0: "({x} * {x} * {x})", 0.5: "tl.sqrt({x})",
+           -1.0: "(1.0 / {x})", -0.5: "(1.0 / tl.sqrt({x}))"}
+
+
+def _pow(node, args, em):
+    """Float powers with a known exponent in ``_POWERS`` (x * x is NumPy's x ** 2 exactly);
+    other powers have no template."""
+    out = _out(node)
+    exponent = known_scalar(node.inputs[1])
+    if out not in ("tl.float32", "tl.float64") or exponent is None \
+            or float(exponent) not in _POWERS:
+        raise Unlowered("pow without a known exponent of 1, 2, 3, 0.5, -1 or -0.5")
+    x = em.tmp(_operands(node, args, em, out)[0])
+    return _POWERS[float(exponent)].format(x=x)
+
+
 def _cast(node, args, em):
     return em.cast(args[0], compute(node.inputs[0].type.dtype), _out(node))
 
@@ -211,7 +238,7 @@ TABLE = {
     "eq": _compare("=="), "ne": _compare("!="), "lt": _compare("<"), "le": _compare("<="),
     "gt": _compare(">"), "ge": _compare(">="),
     "logical_and": _logical("&"), "logical_or": _logical("|"), "logical_xor": _logical("^"),
-    "logical_not": _logical_not, "where": _where, "cast": _cast,
+    "logical_not": _logical_not, "where": _where, "cast": _cast, "pow": _pow,
 }
 
 

@@ -19,9 +19,19 @@ def parse_graph(text: str):
     return parse(text)
 
 
-def const(graph, index: int):
-    """The device tensor of the graph's constant number ``index``."""
-    return DEVICE.upload(np.asarray(graph.consts[index].data))
+class Constants:
+    """The graph's constants as device tensors, uploaded at first use (importing a module
+    touches no device), then kept: ``constants[i]`` is constant number ``i``."""
+
+    def __init__(self, graph):
+        self.graph = graph
+        self.arrays: dict = {}
+
+    def __getitem__(self, index: int):
+        array = self.arrays.get(index)
+        if array is None:
+            array = self.arrays[index] = DEVICE.upload(np.asarray(self.graph.consts[index].data))
+        return array
 
 
 def host_op(graph, index: int):
@@ -49,6 +59,12 @@ def device(array: np.ndarray):
 def empty(shape: tuple, dtype_name: str):
     """A new contiguous device tensor."""
     return torch.empty(shape, dtype=torch_dtype(as_dtype(dtype_name)), device=DEVICE.place())
+
+
+def full(shape: tuple, value, dtype_name: str):
+    """A new device tensor holding ``value`` (already converted to the dtype) everywhere."""
+    return torch.full(shape, value, dtype=torch_dtype(as_dtype(dtype_name)),
+                      device=DEVICE.place())
 
 
 def outputs(graph, values: dict):

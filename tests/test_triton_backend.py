@@ -1,0 +1,312 @@
+"""The Triton backend (``graphnn/codegen/triton``) under Triton's interpreter, against PyTorch
+and the NumPy backend; and ahead-of-time compilation of its kernels for sm80 and sm90.
+
+``tests/conftest.py`` sets ``TRITON_INTERPRET=1``: device tensors are CPU torch tensors and
+every kernel runs in the interpreter (about 3 ms per program, so shapes keep grids at 64
+programs or fewer). ``triton-small`` is the backend with ``SMALL_BLOCKS``: small shapes then
+run several programs per launch and reductions loop over column blocks. The conformance suite
+(``test_backend_conformance.py``) runs every op sample, gradient and model of the zoo on
+``triton`` too. bfloat16 numerics cannot be checked by the interpreter (it computes bf16 on bit
+patterns and truncates when it rounds to bf16): the backend has no bf16 test here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+import re
+
+import numpy as np
+import pytest
+import torch
+from compile_helpers import isolated_cache  # noqa: F401  (autouse: a kernel cache per test)
+from op_db import OP_DB
+from test_op_forward import assert_close_to, reference
+
+import graphnn
+import graphnn.nn.functional as F
+from graphnn import nn
+from graphnn.codegen.triton import BACKEND
+from graphnn.codegen.triton.backend import generate
+from graphnn.codegen.triton.device import DEVICE
+from graphnn.codegen.triton import kernels
+from graphnn.codegen.triton.kernels import SMALL_BLOCKS
+from graphnn.compiler import stages
+from graphnn.frontend.dispatch import apply_op
+from graphnn.ir import REGISTRY, OpGroup, TensorType
+from graphnn.ir.dtypes import float32
+from graphnn.runtime.backends import get_backend, register_backend
+
+
+def _small_backend():
+    name = "triton-small"
+    try:
+        return get_backend(name)
+    except Exception:  # noqa: BLE001  (not registered yet)
+        backend = dataclasses.replace(BACKEND, name=name, version=BACKEND.version + "+small",
+                                      generate=functools.partial(generate, blocks=SMALL_BLOCKS))
+        register_backend(backend)
+        return backend
+
+
+SMALL = _small_backend().name
+KERNEL_OPS = sorted(n for n in OP_DB if REGISTRY[n].group in
+                    (OpGroup.ELEMENTWISE, OpGroup.REDUCTION, OpGroup.NORMALIZATION))
+# ops the backend runs on the host for now (through decompositions too), with the reason
+ON_HOST = {
+    "argmax": "index reductions have no template", "argmin": "index reductions have no template",
+    "pow": "a template only for float powers by a known 1, 2, 3, 0.5, -1 or -0.5",
+    "floor_divide": "no template (NumPy's floored division)",
+    "remainder": "no template (NumPy's floored remainder)",
+    "gather": "indexing has no template (max and min with indices decompose into it)",
+}
+
+
+def _sources(cache_dir) -> str:
+    """The Triton modules in the kernel cache."""
+    texts = (p.read_text() for p in sorted(cache_dir.rglob("*.py")))
+    return "".join(t for t in texts if "graphnn Triton kernels" in t)
+
+
+def _host_ops(source: str) -> set:
+    return set(re.findall(r"_rt\.host_op\(GRAPH, \d+\)  # (\w+)", source))
+
+
+def _op(name, attrs):
+    def op(*xs):
+        return apply_op(name, list(xs), attrs)
+    op.__name__ = f"op_{name}"
+    return op
+
+
+def _compile_op(name, attrs, backend):
+    return graphnn.compile(_op(name, attrs), backend=backend)
+
+
+def _run(fn, arrays) -> tuple:
+    out = fn(*[graphnn.from_numpy(a) for a in arrays])
+    return tuple(t.detach().numpy() for t in (out if isinstance(out, (tuple, list)) else (out,)))
+
+
+@pytest.mark.parametrize("name, dtype", [(n, np.dtype(dt)) for n in KERNEL_OPS
+                                         for dt in OP_DB[n].dtypes],
+                         ids=lambda x: str(x))
+def test_op_samples_with_small_blocks_match_torch_and_numpy(name, dtype, isolated_cache):
+    """Every elementwise and reduction sample (NaN, inf, empty, broadcasting, 0-d) through
+    several programs per launch and looped reductions: equal to PyTorch within the op table's
+    tolerance and to the NumPy backend; the op runs in a Triton kernel unless ``ON_HOST`` says
+    why not."""
+    info, op = OP_DB[name], REGISTRY[name]
+    for sample in info.sample_list(dtype):
+        got = _run(_compile_op(name, sample.attrs, SMALL), sample.inputs)
+        if info.ref is not None:
+            assert_close_to(info, sample, got, reference(info, sample,
+                                                         op.normalize_attrs(sample.attrs)))
+        numpy_out = _run(_compile_op(name, sample.attrs, "numpy"), sample.inputs)
+        for a, e in zip(got, numpy_out):
+            assert a.dtype == e.dtype and a.shape == e.shape
+            np.testing.assert_allclose(a, e, rtol=1e-3 if dtype == np.float16 else 1e-5,
+                                       atol=1e-3 if dtype == np.float16 else 1e-6)
+    on_host = _host_ops(_sources(isolated_cache))
+    assert on_host <= set(ON_HOST), f"{name} {dtype}: {sorted(on_host)} ran on the host"
+
+
+# ---- reductions: any dims, persistent and looped --------------------------------------------
+
+REDUCTIONS = [
+    ("sum", lambda x: x.sum(-1), lambda t: t.sum(-1)),
+    ("mean over dims 0, 2", lambda x: x.mean((0, 2)), lambda t: t.mean((0, 2))),
+    ("amax over dim 1, keepdim", lambda x: x.amax(1, keepdim=True),
+     lambda t: t.amax(1, keepdim=True)),
+    ("amin over everything", lambda x: x.amin(), lambda t: t.amin()),
+    ("var", lambda x: x.var(-1), lambda t: t.var(-1)),
+    ("std over dim 0 keepdim", lambda x: x.std(0, keepdim=True), lambda t: t.std(0, keepdim=True)),
+    ("softmax", lambda x: x.softmax(-1), lambda t: t.softmax(-1)),
+    ("log_softmax over dim 1", lambda x: F.log_softmax(x, 1), lambda t: t.log_softmax(1)),
+    ("centred square sum (prologue, epilogue)",
+     lambda x: ((x - x.mean(-1, keepdim=True)) ** 2).sum(-1).sqrt() + 1.0,
+     lambda t: ((t - t.mean(-1, keepdim=True)) ** 2).sum(-1).sqrt() + 1.0),
+]
+
+
+@pytest.mark.parametrize("backend", ["triton", SMALL])
+@pytest.mark.parametrize("case", REDUCTIONS, ids=lambda c: c[0])
+def test_reductions_on_ragged_shapes(case, backend, isolated_cache):
+    """Ragged sizes (9 x 13 x 11): ``triton`` keeps each row in one block (persistent),
+    ``triton-small`` loops over column blocks of 8 (every case reduces 9 or more values) and
+    runs several programs."""
+    _, fn, ref = case
+    x = np.random.default_rng(0).standard_normal((9, 13, 11)).astype(np.float32)
+    (got,) = _run(graphnn.compile(fn, backend=backend), [x])
+    expected = ref(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    sources = _sources(isolated_cache)
+    assert not _host_ops(sources)
+    assert ("for start in range(" in sources) == (backend == SMALL)
+
+
+def test_nan_inf_and_empty():
+    """NaN propagates through amax and maximum (as in PyTorch), a row of -inf gives NaN in
+    softmax, sums over an empty dim are 0 and their means NaN, empty pointwise results stay
+    empty."""
+    x = np.array([[1.0, np.nan, 3.0], [-np.inf, -np.inf, -np.inf], [np.inf, 0.0, -1.0]],
+                 np.float32)
+
+    def f(x, e):
+        return (x.amax(-1), x.amin(0), graphnn.maximum(x, x * 0.0), x.softmax(-1),
+                e.sum(-1), e.mean(-1), (e + 1.0).exp())
+
+    def ref(x, e):
+        return (x.amax(-1), x.amin(0), torch.maximum(x, x * 0.0), x.softmax(-1), e.sum(-1),
+                e.mean(-1), (e + 1.0).exp())
+
+    e = np.zeros((4, 0), np.float32)
+    for backend in ("triton", SMALL):
+        got = _run(graphnn.compile(f, backend=backend), [x, e])
+        expected = ref(torch.from_numpy(x), torch.from_numpy(e))
+        for a, b in zip(got, expected):
+            np.testing.assert_allclose(a, b.numpy(), rtol=1e-6, atol=1e-7, equal_nan=True)
+            assert a.shape == tuple(b.shape)
+
+
+# ---- small models ------------------------------------------------------------------------------
+
+class _Block(nn.Module):
+    """Layer norm, then attention-like row softmax and a residual GELU MLP."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(24)
+        self.fc1 = nn.Linear(24, 40)
+        self.fc2 = nn.Linear(40, 24)
+
+    def forward(self, x):
+        h = self.norm(x)
+        p = (h @ h.transpose(-1, -2)).softmax(-1)
+        return x + self.fc2(F.gelu(self.fc1(p @ h)))
+
+
+def _torch_block(m, x):
+    h = torch.nn.functional.layer_norm(x, (24,), torch.from_numpy(m.norm.weight.detach().numpy()),
+                                       torch.from_numpy(m.norm.bias.detach().numpy()), 1e-5)
+    p = (h @ h.transpose(-1, -2)).softmax(-1)
+    a = torch.nn.functional.linear(p @ h, torch.from_numpy(m.fc1.weight.detach().numpy()),
+                                   torch.from_numpy(m.fc1.bias.detach().numpy()))
+    return x + torch.nn.functional.linear(torch.nn.functional.gelu(a),
+                                          torch.from_numpy(m.fc2.weight.detach().numpy()),
+                                          torch.from_numpy(m.fc2.bias.detach().numpy()))
+
+
+def test_mlp_forward_matches_torch():
+    graphnn.manual_seed(0)
+    model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 10))
+    x = np.random.default_rng(1).standard_normal((13, 20)).astype(np.float32)
+    model.compile(backend="triton")
+    (got,) = _run(model, [x])
+    l1, l2 = model[0], model[2]
+    h = torch.relu(torch.from_numpy(x) @ torch.from_numpy(l1.weight.detach().numpy()).T
+                   + torch.from_numpy(l1.bias.detach().numpy()))
+    expected = h @ torch.from_numpy(l2.weight.detach().numpy()).T + torch.from_numpy(l2.bias.detach().numpy())
+    np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["triton", SMALL])
+def test_layer_norm_softmax_block_matches_torch_and_numpy(backend):
+    graphnn.manual_seed(0)
+    model = _Block()
+    x = np.random.default_rng(2).standard_normal((2, 7, 24)).astype(np.float32)
+    model.compile(backend=backend)
+    (got,) = _run(model, [x])
+    model.compile(backend="numpy")
+    (numpy_got,) = _run(model, [x])
+    expected = _torch_block(model, torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, numpy_got, rtol=1e-5, atol=1e-6)
+
+
+# ---- the device ----------------------------------------------------------------------------------
+
+def test_device_copies_and_owners():
+    host = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = DEVICE.upload(host)
+    host[0, 0] = 100.0
+    assert t[0, 0].item() == 0.0, "upload copies"
+    back = DEVICE.download(t)
+    back[1, 1] = -1.0
+    assert t[1, 1].item() == 5.0, "download copies"
+    assert DEVICE.type_of(t) == TensorType((3, 4), float32)
+    assert DEVICE.owner(t[1:]) == DEVICE.owner(t) != DEVICE.owner(DEVICE.upload(host))
+    fresh = DEVICE.allocate(TensorType((3, 4), float32))
+    DEVICE.copy(t, fresh)
+    np.testing.assert_array_equal(DEVICE.download(fresh), DEVICE.download(t))
+    assert not DEVICE.shares_host
+
+
+# ---- ahead-of-time compilation ---------------------------------------------------------------
+
+def _stages():
+    """(label, stage) for the graphs whose kernels the tests above run: the block and the
+    reductions as training (forward and backward), one sample of each kernel op as
+    inference."""
+    graphnn.manual_seed(0)
+    graph = graphnn.trace(_Block(), graphnn.tensor(np.zeros((2, 7, 24), np.float32)))
+    yield from (("block " + k, s) for k, s in stages.build(graph, "training", BACKEND)
+                .stages.items())
+    x = graphnn.tensor(np.zeros((9, 13, 11), np.float32))
+    for label, fn, _ in REDUCTIONS:
+        graph = graphnn.trace(fn, x)
+        yield from ((f"{label} {k}", s) for k, s in stages.build(graph, "training", BACKEND)
+                    .stages.items())
+    for name in KERNEL_OPS:
+        for dt in OP_DB[name].dtypes:
+            sample = OP_DB[name].sample_list(dt)[0]
+            graph = graphnn.trace(_op(name, sample.attrs),
+                                  *[graphnn.tensor(a) for a in sample.inputs])
+            yield f"{name} {np.dtype(dt).name}", stages.build(graph, "inference", BACKEND) \
+                .stages["inference"]
+
+
+@pytest.fixture
+def load_gpu_form(tmp_path, monkeypatch):
+    """Imports generated source with the real ``@triton.jit`` (not the interpreter's), with a
+    private Triton cache (nothing compiled before is reused)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+
+    def load(source, name):
+        path = tmp_path / f"{name}.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location(f"aot_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    return load
+
+
+def test_every_kernel_compiles_ahead_of_time_for_sm80_and_sm90(load_gpu_form):
+    """The GPU form of every kernel generated for the graphs above (default and small blocks)
+    compiles to PTX for sm80 and sm90 without a GPU: this catches code that the interpreter
+    accepts and the compiler rejects."""
+    from triton import compile as triton_compile
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    seen, count = set(), 0
+    for k, (label, stage) in enumerate(_stages()):
+        for blocks in (kernels.DEFAULT_BLOCKS, SMALL_BLOCKS):
+            source = generate(stage.schedule, stage.plan, blocks=blocks, interpreter_form=False)
+            module = load_gpu_form(source, f"m{k}_{blocks.row}")
+            for name, (signature, constexprs) in module.SIGNATURES.items():
+                # kernels differing only in sizes and strides compile alike: one of each
+                code = re.sub(r"#.*", "", module.__dict__[name].src.split("\n", 1)[1])
+                shape = (re.sub(r"\d+", "N", code), tuple(signature.values()))
+                if shape in seen:
+                    continue
+                seen.add(shape)
+                for arch in (80, 90):
+                    compiled = triton_compile(ASTSource(module.__dict__[name], signature,
+                                                        constexprs),
+                                              target=GPUTarget("cuda", arch, 32))
+                    assert f".target sm_{arch}" in compiled.asm["ptx"], (label, name, arch)
+                count += 1
+    print("AOT kernels", count)
+    assert count > 50
