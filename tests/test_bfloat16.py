@@ -251,3 +251,61 @@ def _widened(results):
     if isinstance(results, (tuple, list)):
         return tuple(_widened(a) for a in results)
     return results.astype(np.float32) if results.dtype == BF16 else results
+
+
+def _net(lib):
+    lib.manual_seed(0)
+    return lib.nn.Sequential(lib.nn.Linear(4, 3), lib.nn.BatchNorm2d(3))
+
+
+def _entries(state):
+    """A state dict as (key, dtype name, float64 values) rows, for torch and graphnn alike."""
+    def values(v):
+        v = v.detach()
+        return (v.float() if str(v.dtype).endswith("bfloat16") else v).numpy().astype(np.float64)
+    return [(k, str(v.dtype).split(".")[-1], values(v)) for k, v in state.items()]
+
+
+def _assert_same_state(ours, theirs):
+    for (k, dt, v), (tk, tdt, tv) in zip(_entries(ours), _entries(theirs), strict=True):
+        assert (k, dt) == (tk, tdt)
+        np.testing.assert_array_equal(v, tv, err_msg=k)
+
+
+def test_module_bfloat16_converts_floating_state_as_torch():
+    ours, theirs = _net(graphnn), _net(torch)
+    ours.load_state_dict(theirs.state_dict())
+    weight = ours[0].weight
+    assert ours.bfloat16() is ours and theirs.bfloat16() is theirs
+    assert ours[0].weight is weight and weight.requires_grad and weight.dtype is graphnn.bfloat16
+    _assert_same_state(ours.state_dict(), theirs.state_dict())  # num_batches_tracked stays int64
+
+
+@pytest.mark.parametrize("ours_bf16", [False, True], ids=["into_f32", "into_bf16"])
+def test_load_state_dict_takes_torch_bfloat16_tensors(ours_bf16):
+    """A torch bfloat16 state dict loads into a float32 module (values cast, as torch) or a
+    bfloat16 one (the same bits), crossing through torch_arrays rather than Python lists."""
+    source = _net(torch)
+    with torch.no_grad():
+        for p in source.parameters():
+            p.normal_()
+    state = source.bfloat16().state_dict()
+    ours, theirs = _net(graphnn), _net(torch)
+    if ours_bf16:
+        ours, theirs = ours.bfloat16(), theirs.bfloat16()
+    assert repr(ours.load_state_dict(state)) == repr(theirs.load_state_dict(state))
+    _assert_same_state(ours.state_dict(), theirs.state_dict())
+    if ours_bf16:
+        assert to_torch(ours[0].weight.detach().numpy()).view(torch.int16).equal(
+            state["0.weight"].view(torch.int16))
+
+
+def test_assigning_a_bfloat16_tensor_as_a_parameter_names_its_legacy_type_as_torch():
+    messages = []
+    for lib in (torch, graphnn):
+        net = lib.nn.Linear(2, 2)
+        with pytest.raises(TypeError) as caught:
+            net.weight = lib.ones(2, 2, dtype=lib.bfloat16)
+        messages.append(str(caught.value).replace("torch", "graphnn"))
+    assert messages[1] == messages[0]
+    assert "BFloat16Tensor" in messages[0]

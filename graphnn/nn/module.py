@@ -21,7 +21,7 @@ from .parameter import Buffer, Parameter
 _LEGACY_TENSOR_TYPES = {"float32": "FloatTensor", "float64": "DoubleTensor",
                         "float16": "HalfTensor", "int64": "LongTensor", "int32": "IntTensor",
                         "int16": "ShortTensor", "int8": "CharTensor", "uint8": "ByteTensor",
-                        "bool": "BoolTensor"}
+                        "bool": "BoolTensor", "bfloat16": "BFloat16Tensor"}
 
 
 class ModuleAttributeError(GraphnnError, AttributeError):

@@ -16,6 +16,7 @@ from ..frontend.grad_mode import no_grad
 from ..frontend.tensor import Tensor
 from ..ir.dtypes import as_dtype
 from ..ir.errors import GraphnnError, UnsupportedError
+from ..ir.torch_arrays import from_torch, is_torch_tensor
 from . import hooks as H
 
 _EXTRA_STATE_KEY = "_extra_state"
@@ -96,8 +97,13 @@ class _LoadPlan:
 
 
 def _checkpoint_tensor(key, value, plan):
+    """A state dict entry as a graphnn Tensor: Tensors as they are, NumPy arrays and torch
+    tensors (bfloat16 included, through ``from_torch``) copied; None after recording an
+    error for anything else or an array graphnn has no dtype for."""
     if isinstance(value, Tensor):
         return value
+    if is_torch_tensor(value):
+        value = from_torch(value)
     if isinstance(value, (np.ndarray, np.generic)):
         try:
             from ..frontend.creation import tensor
@@ -359,7 +365,7 @@ class StateMixin:
         return self._apply(lambda t: t.half() if t.is_floating_point() else t)
 
     def bfloat16(self):
-        raise UnsupportedError("graphnn has no bfloat16 dtype; use half() or float()")
+        return self._apply(lambda t: t.bfloat16() if t.is_floating_point() else t)
 
     def type(self, dst_type):
         """Cast every parameter and buffer (integer ones too) to ``dst_type``."""
