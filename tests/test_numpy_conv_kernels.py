@@ -334,7 +334,7 @@ def test_rows_are_chosen_only_for_one_group_weight_gradients_of_small_images():
     gradient that builds its own columns; a grouped one stays folded, large images batched."""
     small = ((32, 32, 16, 16), (64, 32, 3, 3), (1, 1), (1, 1), (1, 1))
     assert conv.choose_layout(*small) == "folded"
-    assert conv.choose_layout(*small, weight_grad=True) == "rows"
-    assert conv.choose_layout(*small, groups=2, weight_grad=True) == "folded"
+    assert conv.choose_layout(*small, role="weight_grad") == "rows"
+    assert conv.choose_layout(*small, groups=2, role="weight_grad") == "folded"
     large = ((32, 3, 32, 32), (32, 3, 3, 3), (1, 1), (1, 1), (1, 1))
-    assert conv.choose_layout(*large, weight_grad=True) == "batched"
+    assert conv.choose_layout(*large, role="weight_grad") == "batched"

@@ -17,6 +17,10 @@ A backend is a ``Backend`` object (one per folder under ``graphnn/codegen/``, ex
   order; ``plan`` (a memory plan made over ``schedule``, or None) places the values that cross
   kernel boundaries; ``kernel_id`` names the kernel's entries in ``buffers``;
 - ``load(path) -> kernel``: the kernel of a generated module, imported from its file.
+- ``conv_layout``: None, or the layout its convolutions' im2col columns take,
+  ``conv_layout(x_shape, w_shape, stride, padding, dilation, groups, role) -> str`` (``role``:
+  ``"forward"``, ``"input_grad"`` or ``"weight_grad"``); the ``conv_columns`` pass receives
+  it as data and writes the choices into the graph (``layout``, ``columns`` attributes).
 
 Generated modules are always imported from a real file (``import_kernel_file``), never run by
 ``exec`` of a string: Triton's interpreter rewrites kernel source it finds through the file
@@ -144,6 +148,7 @@ class Backend:
     native_ops: frozenset
     generate: Callable[..., str]
     load: Callable[[str], Callable] = import_kernel_file
+    conv_layout: Callable[..., str] | None = None
 
     def __post_init__(self):
         unknown = {k for k in self.kernel_kinds if not isinstance(k, KernelKind)}

@@ -18,7 +18,9 @@ holding one ``Stage`` (graph, schedule, memory plan) per kernel:
 Every stage graph then gets the same finish for ``backend``: the ops it does not lower
 (``backend.native_ops``) are decomposed, kernel grouping (``SCHEDULING_PASSES``) runs, the
 schedule is built for ``backend.kernel_kinds`` and memory is planned over it with the graph's
-``update`` outputs written in place. Decomposition comes after fusion (a backend that lowers a
+``update`` outputs written in place. Between grouping and scheduling, a backend with a
+``conv_layout`` gets its convolution layouts and shared im2col columns written into the graph
+(``conv_columns``). Decomposition comes after fusion (a backend that lowers a
 fused op gets it; one that does not gets its core ops) and before kernel grouping (decomposed
 nodes carry no group). ``graphnn dump-ir`` and ``graphnn.explain`` print what this builds.
 """
@@ -36,6 +38,7 @@ from ..ir.graph_emitter import GraphEmitter
 from ..ir.schedule import Schedule
 from ..ir.verifier import verify, verify_in_debug_mode
 from ..passes.autodiff import autodiff
+from ..passes.conv_columns import conv_columns
 from ..passes.decompose import decompose
 from ..passes.memory_plan import MemoryPlan, plan_memory
 from ..passes.partition import PartitionReport, partition
@@ -188,8 +191,10 @@ CLEANUP_PASSES = ["cse", "dce"]  # after decomposition: they only merge and drop
 
 def _finish(graph: Graph, name: str, backend, late: list, keep_text: bool) -> Stage:
     """Decompose what ``backend`` does not lower (then merge and drop what the decompositions
-    repeat or leave unused: ``CLEANUP_PASSES``, which make no new ops), group kernels, verify
-    the result, schedule for its kinds and plan memory (state updates in place)."""
+    repeat or leave unused: ``CLEANUP_PASSES``, which make no new ops), group kernels, write
+    the backend's convolution layouts and shared columns into the graph (``conv_columns``,
+    when it has a ``conv_layout``; attributes only), verify the result, schedule for its
+    kinds and plan memory (state updates in place)."""
     if any(node.op not in backend.native_ops for node in graph.nodes):
         graph = run_pipeline(verify_in_debug_mode(decompose(graph, backend.native_ops)),
                              CLEANUP_PASSES).graph
@@ -197,6 +202,8 @@ def _finish(graph: Graph, name: str, backend, late: list, keep_text: bool) -> St
     if late:
         grouped = run_pipeline(graph, late, keep_text=keep_text)
         graph, records = grouped.graph, grouped.records
+    if backend.conv_layout is not None:  # after grouping, which reorders and renames nodes
+        graph = conv_columns(graph, backend.conv_layout)
     verify(graph)
     schedule = build_schedule(graph, backend.kernel_kinds)
     updates = {v.name: state for state, v in graph.output("update").items()}

@@ -6,8 +6,10 @@ receptive fields (zero padding included), so every output sums the same products
 reference, in another order: equal within GEMM rounding, with NaN and inf where the reference
 has them (col2im discards what lands in the padding, as the reference does).
 
-Layouts. The columns of an input of N images come in one of two layouts, chosen per
-convolution (the ``layout`` argument; ``choose_layout`` when it is None):
+Layouts. The columns of an input of N images come in one of three layouts, chosen per
+convolution by ``choose_layout`` (the backend's ``conv_layout``: the ``conv_columns`` pass
+writes its choice into the graph, and the lowering passes it as the ``layout`` argument; None
+chooses here, for kernels called directly):
 
 - ``"batched"``: (N, K, Ho*Wo), K = C*kh*kw. One GEMM per image (``np.matmul`` over the
   batch) writes straight into the NCHW result: no copy out. An unpadded stride-1 1x1
@@ -24,7 +26,8 @@ convolution (the ``layout`` argument; ``choose_layout`` when it is None):
   a forward convolution or an input gradient, it means ``"folded"``.
 
 A weight gradient reads the columns its forward convolution built earlier in the same kernel
-call (``columns=``), in whichever layout the forward chose.
+call (``columns=``, the forward's scratch key: the graph's ``columns`` attribute names that
+forward), in whichever layout the forward chose.
 """
 from __future__ import annotations
 
@@ -42,13 +45,19 @@ def _output_size(size, k, s, p, d):
     return (size + 2 * p - d * (k - 1) - 1) // s + 1
 
 
+ROLES = ("forward", "input_grad", "weight_grad")
+
+
 def choose_layout(x_shape, w_shape, stride, padding, dilation, groups=1,
-                  weight_grad=False) -> str:
+                  role="forward") -> str:
     """The columns' layout for a convolution of an ``x_shape`` input with a ``w_shape``
-    weight: ``"batched"`` for images of at least ``BATCHED_MIN_PIXELS`` output pixels and for
-    unpadded stride-1 1x1 convolutions (whose columns are the input), else ``"folded"``, or
-    ``"rows"`` for a one-group ``weight_grad`` that builds its own columns (cheaper to build,
-    and its GEMM runs in BLAS's faster orientation)."""
+    weight in ``role`` (one of ``ROLES``): ``"batched"`` for images of at least
+    ``BATCHED_MIN_PIXELS`` output pixels and for unpadded stride-1 1x1 convolutions (whose
+    columns are the input), else ``"folded"``, or ``"rows"`` for a one-group weight gradient
+    that builds its own columns (cheaper to build, and its GEMM runs in BLAS's faster
+    orientation). This is the NumPy backend's ``conv_layout``."""
+    if role not in ROLES:
+        raise ValueError(f"numpy backend: convolution role {role!r} is not one of {ROLES}")
     _, _, h, wd = x_shape
     kh, kw = w_shape[2:]
     if (kh, kw, *stride) == (1, 1, 1, 1) and not any(padding):
@@ -57,7 +66,7 @@ def choose_layout(x_shape, w_shape, stride, padding, dilation, groups=1,
         _output_size(wd, kw, stride[1], padding[1], dilation[1])
     if pixels >= BATCHED_MIN_PIXELS:
         return "batched"
-    return "rows" if weight_grad and groups == 1 else "folded"
+    return "rows" if role == "weight_grad" and groups == 1 else "folded"
 
 
 def _check_layout(layout, groups=1, weight_grad=False):
@@ -207,7 +216,8 @@ def conv2d(x, w, bias=None, residual=None, *, stride, padding, dilation, groups,
     buffers = {} if buffers is None else buffers
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
-    layout = _check_layout(layout or choose_layout(x.shape, w.shape, stride, padding, dilation))
+    layout = _check_layout(layout or choose_layout(x.shape, w.shape, stride, padding, dilation,
+                                                   groups))
     ho = _output_size(h, kh, stride[0], padding[0], dilation[0])
     wo = _output_size(wd, kw, stride[1], padding[1], dilation[1])
     if out is None:
@@ -275,7 +285,7 @@ def conv2d_weight_grad(x, g, *, weight_shape, stride, padding, dilation, groups,
         layout, cols = shared
     else:
         layout = _check_layout(layout or choose_layout(x.shape, weight_shape, stride, padding,
-                                                       dilation, groups, weight_grad=True),
+                                                       dilation, groups, "weight_grad"),
                                groups, weight_grad=True)
         if _is_direct(kh, kw, stride, padding, layout):
             cols = x.reshape(n, x.shape[1], pixels)
@@ -319,7 +329,7 @@ def conv2d_input_grad(g, w, *, input_shape, stride, padding, dilation, groups, o
     _, _, ho, wo = g.shape
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
     layout = _check_layout(layout or choose_layout(input_shape, w.shape, stride, padding,
-                                                   dilation))
+                                                   dilation, groups, "input_grad"))
     if out is None:
         out = fresh(buffers, key + ".out", (n, c, h, wd), g.dtype)
     if layout == "folded" and tuple(stride) == (1, 1):

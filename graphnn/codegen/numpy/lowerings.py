@@ -18,11 +18,13 @@ reductions, whose 0-d results are made arrays), and float16 and bfloat16 are com
 float32 (``dtype=np.float32``) and rounded once, as the reference does. GEMM-based
 lowerings (``matmul`` and ``matmul_epilogue`` with the leading dims of a 3-D+ operand folded
 into one GEMM (a batched product summed over its batch is one GEMM already: the
-``contraction_layout`` pass rewrites it); ``conv2d``/``conv2d_epilogue`` as im2col columns in a
-layout chosen per convolution and GEMMs with the bias folded in; ``conv2d_weight_grad`` as a
-GEMM over the columns (those its forward built earlier in the same kernel call, when there is
-one) and ``conv2d_input_grad`` as a GEMM and col2im: see ``conv.py``) sum in another order:
-equal to the interpreter within 1e-5 relative (float32), listed in ``GEMM_OPS``.
+``contraction_layout`` pass rewrites it); ``conv2d``/``conv2d_epilogue`` as im2col columns in
+the layout the node's ``layout`` attribute names and GEMMs with the bias folded in;
+``conv2d_weight_grad`` as a GEMM over the columns (those of the forward its ``columns``
+attribute names, built earlier in the same kernel call, when set) and ``conv2d_input_grad``
+as a GEMM and col2im: see ``conv.py``; the ``conv_columns`` pass sets both attributes) sum in
+another order: equal to the interpreter within 1e-5 relative (float32), listed in
+``GEMM_OPS``.
 """
 from __future__ import annotations
 
@@ -255,10 +257,16 @@ def _geometry(node) -> str:
     return ", ".join(f"{k}={node.attrs[k]!r}" for k in ("stride", "padding", "dilation", "groups"))
 
 
+def _layout(node) -> str:
+    """``, layout='...'``: the columns layout the graph gives the convolution (set by the
+    ``conv_columns`` pass), or ``""`` when it gives none (the kernel chooses)."""
+    return f", layout={node.attrs['layout']!r}" if node.attrs["layout"] else ""
+
+
 def _conv(node, x, w, bias, residual, activation, ctx):
     return f"_rt.conv2d({x}, {w}, {bias}, {residual}, {_geometry(node)}, " \
            f"activation={activation!r}{ctx.out_arg(node)}, buffers=buffers, " \
-           f"key={ctx.scratch_key(node)!r})"
+           f"key={ctx.scratch_key(node)!r}{_layout(node)})"
 
 
 def _conv2d(node, args, ctx):
@@ -275,34 +283,34 @@ def _conv2d_epilogue(node, args, ctx):
     return _conv(node, x, w, bias, residual, node.attrs["activation"], ctx)
 
 
-def _forward_columns(node, ctx) -> str:
-    """``, columns='key'`` naming the forward convolution of the same input, same geometry
-    and kernel size, scheduled earlier in this kernel, whose im2col columns a weight gradient
-    can use (``conv.conv2d_weight_grad``); ``""`` when there is none. Only the forward
-    convolution writes the columns under its key, and it runs once per kernel call."""
-    x = node.inputs[0]
-
-    def geometry(n):
-        return [tuple(n.attrs[k]) if isinstance(n.attrs[k], (list, tuple)) else n.attrs[k]
-                for k in ("stride", "padding", "dilation", "groups")]
-    for reader in ctx.readers(x):
-        if reader.op in ("conv2d", "conv2d_epilogue") and reader.inputs[0] is x and \
-                ctx.position(reader) < ctx.position(node) and \
-                tuple(reader.inputs[1].type.shape) == tuple(node.attrs["weight_shape"]) and \
-                geometry(reader) == geometry(node):
+def _shared_columns(node, ctx) -> str:
+    """``, columns='key'``: the scratch key of the forward convolution that the weight
+    gradient's ``columns`` attribute names, whose im2col columns it reads
+    (``conv.conv2d_weight_grad``); ``""`` when the attribute is empty. That forward must
+    read the same input and run earlier in this kernel (else its columns would be another
+    call's): a graph saying otherwise is refused."""
+    name = node.attrs["columns"]
+    if not name:
+        return ""
+    for reader in ctx.readers(node.inputs[0]):
+        if reader.outputs[0].name == name and reader.op in ("conv2d", "conv2d_epilogue") and \
+                reader.inputs[0] is node.inputs[0] and ctx.position(reader) < ctx.position(node):
             return f", columns={ctx.scratch_key(reader)!r}"
-    return ""
+    raise ValueError(f"numpy backend: conv2d_weight_grad %{node.outputs[0].name} shares the "
+                     f"columns of %{name}, which is not a convolution of the same input "
+                     f"earlier in the kernel")
 
 
 def _conv_grad(kind):
     def lower(node, args, ctx):
         if not _gemm_ok(node):
             return None
-        attrs = ", ".join(f"{k}={tuple(v) if isinstance(v, (list, tuple)) else v!r}"
-                          for k, v in node.attrs.items())
-        shared = _forward_columns(node, ctx) if kind == "weight" else ""
-        return f"_rt.conv2d_{kind}_grad({', '.join(args)}, {attrs}{ctx.out_arg(node)}, " \
-               f"buffers=buffers, key={ctx.scratch_key(node)!r}{shared})"
+        shape = "input_shape" if kind == "input" else "weight_shape"
+        shared = _shared_columns(node, ctx) if kind == "weight" else ""
+        return f"_rt.conv2d_{kind}_grad({', '.join(args)}, " \
+               f"{shape}={tuple(node.attrs[shape])!r}, {_geometry(node)}" \
+               f"{ctx.out_arg(node)}, buffers=buffers, key={ctx.scratch_key(node)!r}" \
+               f"{_layout(node)}{shared})"
     return lower
 
 

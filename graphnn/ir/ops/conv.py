@@ -3,6 +3,13 @@
 All three take the same geometry attributes: ``stride``, ``padding`` (symmetric zero padding per
 spatial dim; other padding modes are a ``pad`` op in front), ``dilation`` and ``groups``. The
 reference implementation gathers sliding windows (a view) and contracts them with one einsum.
+
+Two attributes are a backend's choices, set by the ``conv_columns`` pass and read only by the
+backend's lowering (shape rules, reference implementations, gradient rules and decompositions
+ignore them; ``geometry`` drops them): ``layout`` on every convolution (the layout of its
+im2col columns; "" lets the backend choose) and ``columns`` on the weight gradient (the result
+name of a forward convolution of the same input and geometry, earlier in the same graph,
+whose columns it reuses; "" when none).
 """
 from __future__ import annotations
 
@@ -17,6 +24,14 @@ from .shape_rules import checked_shape, fmt_shape
 
 _GEOMETRY = {"stride": Attr("ints", (1, 1)), "padding": Attr("ints", (0, 0)),
              "dilation": Attr("ints", (1, 1)), "groups": Attr("int", 1)}
+LAYOUT = {"layout": Attr("str", "")}  # the backend's columns layout ("": it chooses)
+COLUMNS = {"columns": Attr("str", "")}  # a weight gradient's shared forward ("": none)
+
+
+def geometry(attrs: dict) -> dict:
+    """The geometry attributes (stride, padding, dilation, groups) of a convolution's
+    ``attrs``, without the backend's choices (``layout``, ``columns``)."""
+    return {k: attrs[k] for k in _GEOMETRY}
 
 
 def conv_output_size(size, kernel, stride, padding, dilation) -> int:
@@ -53,7 +68,7 @@ def _conv_shape(op, x_shape, w_shape, stride, padding, dilation, groups):
     return checked_shape(op, (n, o, ho, wo))
 
 
-def _conv2d_infer(types, **geo):
+def _conv2d_infer(types, layout="", **geo):
     x, w = types[0], types[1]
     if x.dtype != w.dtype or (len(types) == 3 and types[2].dtype != x.dtype):
         raise DTypeError(f"conv2d: input, weight and bias must share a dtype, got "
@@ -79,7 +94,7 @@ def _compute_dtype(x):
     return compute_np(x.dtype)
 
 
-def _conv2d(x, w, bias=None, *, stride, padding, dilation, groups):
+def _conv2d(x, w, bias=None, *, stride, padding, dilation, groups, layout=""):
     ct = _compute_dtype(x)
     n, c = x.shape[:2]
     o, cg, kh, kw = w.shape
@@ -95,7 +110,7 @@ def _conv2d(x, w, bias=None, *, stride, padding, dilation, groups):
 
 def _grad_conv2d(b, ctx, g):
     need = ctx.needs_input_grad
-    geo = ctx.attrs
+    geo = geometry(ctx.attrs)
     grads = [b.conv2d_input_grad(g, ctx.input(1), input_shape=ctx.input_types[0].shape, **geo)
              if need[0] else None,
              b.conv2d_weight_grad(ctx.input(0), g, weight_shape=ctx.input_types[1].shape, **geo)
@@ -106,11 +121,11 @@ def _grad_conv2d(b, ctx, g):
 
 
 register(OpDef(name="conv2d", group=OpGroup.CONVOLUTION, infer=_conv2d_infer, impl=_conv2d,
-               grad=_grad_conv2d, attrs=dict(_GEOMETRY), arity=(2, 3), saves_inputs=(0, 1),
+               grad=_grad_conv2d, attrs={**_GEOMETRY, **LAYOUT}, arity=(2, 3), saves_inputs=(0, 1),
                doc="cross-correlation of (N, C, H, W) input with (O, C/groups, kh, kw) weight"))
 
 
-def _input_grad_infer(types, *, input_shape, **geo):
+def _input_grad_infer(types, *, input_shape, layout="", **geo):
     g, w = types
     input_shape = checked_shape("conv2d_input_grad", input_shape)
     out = _conv_shape("conv2d_input_grad", input_shape, w.shape, **geo)
@@ -120,7 +135,7 @@ def _input_grad_infer(types, *, input_shape, **geo):
     return TensorType(input_shape, g.dtype)
 
 
-def _conv2d_input_grad(g, w, *, input_shape, stride, padding, dilation, groups):
+def _conv2d_input_grad(g, w, *, input_shape, stride, padding, dilation, groups, layout=""):
     ct = _compute_dtype(g)
     n, c, h, wd = input_shape
     o, cg, kh, kw = w.shape
@@ -139,7 +154,7 @@ def _conv2d_input_grad(g, w, *, input_shape, stride, padding, dilation, groups):
 
 def _grad_input_grad(b, ctx, gx):
     need = ctx.needs_input_grad
-    geo = {k: v for k, v in ctx.attrs.items() if k != "input_shape"}
+    geo = geometry(ctx.attrs)
     return [b.conv2d(gx, ctx.input(1), **geo) if need[0] else None,
             b.conv2d_weight_grad(gx, ctx.input(0), weight_shape=ctx.input_types[1].shape, **geo)
             if need[1] else None]
@@ -147,11 +162,11 @@ def _grad_input_grad(b, ctx, gx):
 
 register(OpDef(name="conv2d_input_grad", group=OpGroup.CONVOLUTION, infer=_input_grad_infer,
                impl=_conv2d_input_grad, grad=_grad_input_grad,
-               attrs={"input_shape": Attr("ints"), **_GEOMETRY}, arity=(2, 2),
+               attrs={"input_shape": Attr("ints"), **_GEOMETRY, **LAYOUT}, arity=(2, 2),
                doc="gradient of conv2d with respect to its input (a transposed convolution)"))
 
 
-def _weight_grad_infer(types, *, weight_shape, **geo):
+def _weight_grad_infer(types, *, weight_shape, layout="", columns="", **geo):
     x, g = types
     weight_shape = checked_shape("conv2d_weight_grad", weight_shape)
     out = _conv_shape("conv2d_weight_grad", x.shape, weight_shape, **geo)
@@ -161,7 +176,8 @@ def _weight_grad_infer(types, *, weight_shape, **geo):
     return TensorType(weight_shape, x.dtype)
 
 
-def _conv2d_weight_grad(x, g, *, weight_shape, stride, padding, dilation, groups):
+def _conv2d_weight_grad(x, g, *, weight_shape, stride, padding, dilation, groups, layout="",
+                        columns=""):
     ct = _compute_dtype(x)
     n, c = x.shape[:2]
     o, cg, kh, kw = weight_shape
@@ -174,7 +190,7 @@ def _conv2d_weight_grad(x, g, *, weight_shape, stride, padding, dilation, groups
 
 def _grad_weight_grad(b, ctx, gw):
     need = ctx.needs_input_grad
-    geo = {k: v for k, v in ctx.attrs.items() if k != "weight_shape"}
+    geo = geometry(ctx.attrs)
     return [b.conv2d_input_grad(ctx.input(1), gw, input_shape=ctx.input_types[0].shape, **geo)
             if need[0] else None,
             b.conv2d(ctx.input(0), gw, **geo) if need[1] else None]
@@ -182,5 +198,6 @@ def _grad_weight_grad(b, ctx, gw):
 
 register(OpDef(name="conv2d_weight_grad", group=OpGroup.CONVOLUTION, infer=_weight_grad_infer,
                impl=_conv2d_weight_grad, grad=_grad_weight_grad,
-               attrs={"weight_shape": Attr("ints"), **_GEOMETRY}, arity=(2, 2),
+               attrs={"weight_shape": Attr("ints"), **_GEOMETRY, **LAYOUT, **COLUMNS},
+               arity=(2, 2),
                doc="gradient of conv2d with respect to its weight"))

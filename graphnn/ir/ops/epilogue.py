@@ -15,7 +15,9 @@ through float32, rounded once at the end). The gradient rule reuses the anchor's
 anchor's operands and the activation op's rule for the epilogue: an op whose rule reads only
 its output (relu, tanh) reads the saved fused output; the others recompute the pre-activation
 with one fused node (activation ``none``). The decomposition is the anchor, adds and the
-activation op as separate registry ops.
+activation op as separate registry ops. ``conv2d_epilogue`` also takes the backend's
+``layout`` choice (see ``conv.py``), which the shape rule, implementation, gradient rule and
+decomposition ignore.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from ..registry import Attr, OpDef, OpGroup, get_op, register
 from ..types import TensorType
 from .compute import as_dtype, upcast
 from .contraction import _matmul, matmul_shape
-from .conv import _GEOMETRY, _conv2d, _conv_shape
+from .conv import _GEOMETRY, LAYOUT, _conv2d, _conv_shape
 from .shape_rules import fmt_shape
 
 
@@ -70,6 +72,12 @@ def apply_activation(b, z, activation: str):
 
 _EPILOGUE_ATTRS = {"bias": Attr("bool", False), "residual": Attr("bool", False),
                    "activation": Attr("str", "none", ACTIVATIONS)}
+_NOT_ANCHOR = set(_EPILOGUE_ATTRS) | set(LAYOUT)  # what the anchor's rules are not given
+
+
+def _anchor_attrs(attrs: dict) -> dict:
+    """The anchor op's own attributes (geometry for conv2d, none for matmul)."""
+    return {k: v for k, v in attrs.items() if k not in _NOT_ANCHOR}
 
 
 # ---- shape rules ---------------------------------------------------------------------------
@@ -106,7 +114,7 @@ def _check_epilogue(op, out_shape, bias_t, bias_shape, bias_where, residual_t):
                          f"got {fmt_shape(residual_t.shape)}")
 
 
-def _conv2d_epilogue_infer(types, *, bias, residual, activation, **geo):
+def _conv2d_epilogue_infer(types, *, bias, residual, activation, layout="", **geo):
     op = "conv2d_epilogue"
     _check_operands(op, types, bias, residual, ["input", "weight"])
     x, w, b, r = _split(types, bias, residual)
@@ -155,7 +163,7 @@ def _apply_epilogue(out, bias, bias_shape, residual, activation):
     return activate(out, activation)
 
 
-def _conv2d_epilogue(x, w, *rest, bias, residual, activation, **geo):
+def _conv2d_epilogue(x, w, *rest, bias, residual, activation, layout="", **geo):
     _, _, b, r = _split([x, w, *rest], bias, residual)
     out = _conv2d(x, w, **geo)
     return _apply_epilogue(out, b, (1, w.shape[0], 1, 1), r, activation)
@@ -201,7 +209,7 @@ def _grad_epilogue(anchor: str, bias_grad):
     def rule(b, ctx, g):
         attrs, need = ctx.attrs, ctx.needs_input_grad
         gz = _activation_grad(b, ctx, g)
-        anchor_attrs = {k: v for k, v in attrs.items() if k not in _EPILOGUE_ATTRS}
+        anchor_attrs = _anchor_attrs(attrs)
         anchor_ctx = GradContext(anchor, anchor_attrs, ctx.input_types[:2], ctx.output_types,
                                  [ctx.input(0), ctx.input(1)], [None], need[:2])
         grads = list(get_op(anchor).grad(b, anchor_ctx, gz))
@@ -222,7 +230,7 @@ def _decompose_epilogue(anchor: str, bias_shape):
         attrs = ctx.attrs
         operands = [upcast(b, ctx.input(i)) for i in range(len(ctx.input_types))]
         p, q, bias, residual = _split(operands, attrs["bias"], attrs["residual"])
-        anchor_attrs = {k: v for k, v in attrs.items() if k not in _EPILOGUE_ATTRS}
+        anchor_attrs = _anchor_attrs(attrs)
         out = getattr(b, anchor)(p, q, **anchor_attrs)
         if bias is not None:
             out = b.add(out, b.reshape(bias, shape=bias_shape(b.shape(out))))
@@ -243,7 +251,8 @@ def _matmul_bias_grad(b, gz):
 
 register(OpDef(name="conv2d_epilogue", group=OpGroup.FUSED, infer=_conv2d_epilogue_infer,
                impl=_conv2d_epilogue, grad=_grad_epilogue("conv2d", _conv_bias_grad),
-               attrs={**_GEOMETRY, **_EPILOGUE_ATTRS}, arity=(2, 4), saves_outputs=(0,),
+               attrs={**_GEOMETRY, **_EPILOGUE_ATTRS, **LAYOUT}, arity=(2, 4),
+               saves_outputs=(0,),
                decompose=_decompose_epilogue("conv2d", lambda out: (1, out[1], 1, 1)),
                doc="act(conv2d(x, w) + bias[channel] + residual)"))
 
