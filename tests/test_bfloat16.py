@@ -309,3 +309,42 @@ def test_assigning_a_bfloat16_tensor_as_a_parameter_names_its_legacy_type_as_tor
         messages.append(str(caught.value).replace("torch", "graphnn"))
     assert messages[1] == messages[0]
     assert "BFloat16Tensor" in messages[0]
+
+
+NORMS = {
+    "layer_norm": lambda lib, x, w, b: lib.nn.functional.layer_norm(x, (16,), w, b),
+    "rms_norm": lambda lib, x, w, b: lib.nn.functional.rms_norm(x, (16,), w),
+    "rms_norm_small": lambda lib, x, w, b: lib.nn.functional.rms_norm(x * 0.01, (16,), w),
+}
+
+
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")  # torch: unfused
+@pytest.mark.parametrize("weights", ["none", "float32", "same"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("norm", sorted(NORMS))
+def test_low_precision_norms_compute_in_float32_and_keep_the_input_dtype_as_torch(
+        norm, dtype, weights):
+    """A bf16/f16 input with float32 (or its own dtype's) affine tensors gives the input's
+    dtype, normalised in float32 and rounded once, as torch; rms_norm's default eps is
+    float32's machine epsilon there (``rms_norm_small``: where eps matters). Gradients reach
+    the input and the weight in their own dtypes."""
+    rng = np.random.default_rng(5)
+    data = [rng.standard_normal(s).astype(np.float32) for s in ((3, 5, 16), (16,), (16,))]
+    results = []
+    for lib in (torch, graphnn):
+        make = torch.from_numpy if lib is torch else graphnn.tensor
+        x = make(data[0]).to(getattr(lib, dtype)).requires_grad_()
+        w_dtype = getattr(lib, dtype if weights == "same" else "float32")
+        w, b = (None, None) if weights == "none" else \
+            (make(d).to(w_dtype).requires_grad_() for d in data[1:])
+        y = NORMS[norm](lib, x, w, b)
+        (y.float() * make(data[0]).tanh()).sum().backward()  # a varied output gradient
+        grads = [t.grad for t in (x, w, b) if t is not None and t.grad is not None]
+        results.append([y] + grads)
+    for theirs, ours in zip(*results, strict=True):
+        assert str(ours.dtype) == str(theirs.dtype).replace("torch", "graphnn")
+        ours = to_torch(ours.detach().numpy())
+        if theirs is results[0][0]:  # the forward: one rounding, summation order aside
+            torch.testing.assert_close(ours, theirs.detach(), rtol=2.0 ** -7, atol=1e-5)
+        else:
+            torch.testing.assert_close(ours.float(), theirs.float(), rtol=3.2e-2, atol=2e-2)

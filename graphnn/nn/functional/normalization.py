@@ -1,12 +1,13 @@
 """Layer and RMS normalisation over the trailing ``normalized_shape`` dims, as PyTorch's.
 
 Both are written in plain registry ops (mean/var, rsqrt, mul, add), so autograd differentiates
-them and a tracer records them; neither keeps running statistics.
+them and a tracer records them; neither keeps running statistics. A float16 or bfloat16 input
+is normalised in float32 (affine included, whatever the weight's dtype) and rounded once into
+the input's dtype, as PyTorch's CPU kernels do.
 """
 from __future__ import annotations
 
-import numpy as np
-
+from ...ir.dtypes import LOW_PRECISION, compute_dtype, finfo
 from ...ir.errors import ShapeError
 from ...ir.ops.shape_rules import fmt_shape
 
@@ -32,19 +33,33 @@ def _affine(x, weight, bias):
     return x
 
 
+def _widened(input):
+    """``input`` in the dtype normalisation computes in (float32 for float16/bfloat16)."""
+    return input.float() if input.dtype in LOW_PRECISION else input
+
+
+def _rounded(result, input):
+    """``result`` rounded into a low-precision ``input``'s dtype (else as it is)."""
+    return result.to(input.dtype) if input.dtype in LOW_PRECISION else result
+
+
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     """``(x - mean) / sqrt(var + eps) * weight + bias`` with the biased variance over the
     trailing ``normalized_shape`` dims."""
     dims = _normalized_dims("layer_norm", input, normalized_shape)
-    centered = input - input.mean(dims, keepdim=True)
+    x = _widened(input)
+    centered = x - x.mean(dims, keepdim=True)
     var = (centered * centered).mean(dims, keepdim=True)
-    return _affine(centered * (var + eps).rsqrt(), weight, bias)
+    return _rounded(_affine(centered * (var + eps).rsqrt(), weight, bias), input)
 
 
 def rms_norm(input, normalized_shape, weight=None, eps: float | None = None):
     """``x / sqrt(mean(x^2) + eps) * weight`` over the trailing dims; ``eps=None`` uses the
-    machine epsilon of the input's dtype, as PyTorch."""
+    machine epsilon of the dtype the input is computed in (float32's for float16/bfloat16),
+    as PyTorch."""
     dims = _normalized_dims("rms_norm", input, normalized_shape)
     if eps is None:
-        eps = float(np.finfo(input.dtype.np).eps)
-    return _affine(input * ((input * input).mean(dims, keepdim=True) + eps).rsqrt(), weight, None)
+        eps = float(finfo(compute_dtype(input.dtype)).eps)
+    x = _widened(input)
+    return _rounded(_affine(x * ((x * x).mean(dims, keepdim=True) + eps).rsqrt(), weight, None),
+                    input)
