@@ -29,7 +29,8 @@ def _operands(lib, dtype):
             "h": _pair(lib, (4, 8), dtype, 3), "img": _pair(lib, (2, 3, 6, 6), "float32", 4),
             "k": _pair(lib, (4, 3, 3, 3), "float32", 5),
             "q": _pair(lib, (1, 2, 5, 8), "float32", 6),
-            "t": _pair(lib, (4, 8), "float32", 7)}
+            "t": _pair(lib, (4, 8), "float32", 7),
+            "y": lib.tensor([1, 0, 3, 7]), "cw": _pair(lib, (8,), dtype, 8).abs()}
 
 
 def _ops(lib):
@@ -56,6 +57,12 @@ def _ops(lib):
         "stack_mixed": lambda o: lib.stack([o["h"], o["x"]]),
         "where_mixed": lambda o: lib.where(o["x"] > 0, o["h"], o["x"]),
         "mse_loss_mixed": lambda o: fn.mse_loss(o["h"], o["t"]),
+        "mse_loss_low": lambda o: fn.mse_loss(o["h"], o["h"] * 0.5),
+        "cross_entropy_low": lambda o: fn.cross_entropy(o["h"], o["y"]),
+        "cross_entropy_low_weight": lambda o: fn.cross_entropy(o["h"], o["y"], o["cw"],
+                                                               label_smoothing=0.1),
+        "cross_entropy_soft_low": lambda o: fn.cross_entropy(o["h"], o["h"].softmax(-1)),
+        "nll_loss_low": lambda o: fn.nll_loss(o["h"].log_softmax(-1), o["y"], o["cw"]),
         "layer_norm_no_weight_low": lambda o: fn.layer_norm(o["h"], (8,)),
         "float64_matmul": lambda o: o["x"].double() @ o["w"].double().T,
     }

@@ -1,9 +1,11 @@
 """Loss functions with PyTorch's signatures and semantics: cross_entropy, nll_loss, mse_loss.
 
 Each loss is computed with registry ops through Tensor methods (log_softmax, gather, where, sum,
-mean...), so autograd gives the gradients and a tracer can record the computation. The one
-data-dependent step is validation: the class-range check of index targets reads the integer
-target's values, and is skipped while tracing a target whose values are unknown.
+mean...), so autograd gives the gradients and a tracer can record the computation. Under
+autocast each loss first casts its tensors as its op list says (float32 on every device type,
+as PyTorch), so low-precision logits give a float32 loss. The one data-dependent step is
+validation: the class-range check of index targets reads the integer target's values, and is
+skipped while tracing a target whose values are unknown.
 
 Conventions shared by the class losses: the class dimension is 0 for an unbatched input ``(C,)``
 and 1 otherwise (``(N, C)`` or ``(N, C, d1, ..., dK)``); an index target has the input's shape
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import warnings
 
+from ...frontend.autocast import cast_args
 from ...frontend.tensor_math import where
 from ...frontend.trace_state import is_symbolic
 from ...ir.dtypes import int64, uint8
@@ -141,6 +144,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = 
              reduce=None, reduction: str = "mean"):
     """The negative log likelihood of log-probabilities ``input`` at class-index ``target``,
     weighted per class; 'mean' divides by the summed weight of non-ignored targets."""
+    input, target, weight = cast_args("nll_loss", input, target, weight)
     reduction = legacy_reduction(size_average, reduce, reduction)
     _check_reduction(reduction)
     class_dim = _class_dim("nll_loss", input)
@@ -173,6 +177,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     the input's shape without the class dimension, class probabilities when it has the input's
     shape. With label smoothing ``e`` and index targets, the loss is ``(1 - e) * nll + e / C *
     (-sum_c w[c] * logp[c])``, both terms reduced with the same weighted denominator."""
+    input, target, weight = cast_args("cross_entropy", input, target, weight)
     reduction = legacy_reduction(size_average, reduce, reduction)
     _check_reduction(reduction)
     if not 0.0 <= label_smoothing <= 1.0:
@@ -198,6 +203,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "me
     """The squared difference of ``input`` and ``target`` (broadcast together, with PyTorch's
     warning when their shapes differ); a ``weight`` of the input's shape scales each element and
     'mean' then divides by the weights' sum."""
+    input, target, weight = cast_args("mse_loss", input, target, weight)
     if target.shape != input.shape:
         warnings.warn(f"Using a target size ({target.size()}) that is different to the input "
                       f"size ({input.size()}). This will likely lead to incorrect results due "
