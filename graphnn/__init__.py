@@ -11,7 +11,8 @@ from .frontend.creation import (arange, as_tensor, empty, empty_like, eye, from_
 from .frontend.functions import add, bmm, mm, mul, pow, sub
 from .frontend.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .frontend.random import get_rng_state, initial_seed, manual_seed, set_rng_state
-from .frontend.tensor import Size, Tensor, device
+from .frontend.device import device
+from .frontend.tensor import Size, Tensor
 from .frontend.tensor_math import where
 from .frontend.tensor_shape import cat, concat, concatenate, pad, stack
 from .frontend.tracer import trace
@@ -44,3 +45,7 @@ from .amp import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: E402
 from .serialization import load, save  # noqa: E402
 from .tools.explain import explain  # noqa: E402
 from .compiler import compile  # noqa: E402,A001  (graphnn.compile, as torch.compile)
+from .compiler import device_runner as _device_runner  # noqa: E402
+from . import cuda  # noqa: E402
+
+_device_runner.register()  # eager tensors on cuda run through the Triton backend

@@ -371,7 +371,11 @@ def test_bad_conversions_raise_like_torch(expr, error):
         eval(expr, {}, {"lib": graphnn})
 
 
-def test_only_the_cpu_device_exists():
+def test_only_the_cpu_device_exists(monkeypatch):
+    """Without a GPU and without Triton's interpreter (conftest turns it on), cuda is refused
+    (tests/test_device_tensors.py tests the device itself)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(NotImplementedError, match="CUDA") as info:
         graphnn.ones(2).cuda()
     assert isinstance(info.value, GraphnnError)

@@ -31,7 +31,7 @@ def as_array(data, dtype) -> np.ndarray:
     """``data`` (nested lists, numbers, ndarrays, tensors) as a fresh ndarray of a graphnn dtype."""
     from .tensor import Tensor
     if isinstance(data, Tensor):
-        data = readable_data(data, "graphnn.tensor(x) (use x.clone() or x.detach())")
+        data = readable_data(data.cpu(), "graphnn.tensor(x) (use x.clone() or x.detach())")
     elif isinstance(data, (list, tuple)) and any(isinstance(v, Tensor) for v in _flatten(data)):
         data = _nested_tensors_to_array(data)
     if dtype is None:
@@ -72,9 +72,17 @@ def _nested_tensors_to_array(data):
               if hasattr(v, "_data") else v)) for v in data]
 
 
-def _wrap(array, requires_grad=False):
+def _wrap(array, requires_grad=False, device=None):
     from .tensor import Tensor
-    t = Tensor._wrap(array)
+    return _placed(Tensor._wrap(array), device, requires_grad)
+
+
+def _placed(t, device, requires_grad):
+    """``t`` (made on the host) moved to ``device`` (None: the CPU), then a leaf requiring grad
+    if asked. Random tensors for a device are drawn on the host from graphnn's generator and
+    uploaded: the device's stream is the CPU's (PyTorch's differs; see docs/architecture.md)."""
+    if device is not None:
+        t = t.to(device)
     if requires_grad:
         t.requires_grad = True
     return t
@@ -82,7 +90,7 @@ def _wrap(array, requires_grad=False):
 
 def tensor(data, dtype=None, device=None, requires_grad=False):
     """A new tensor holding a copy of ``data``."""
-    return _wrap(as_array(data, dtype), requires_grad)
+    return _wrap(as_array(data, dtype), requires_grad, device)
 
 
 as_tensor = tensor
@@ -114,40 +122,41 @@ def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
             fill_value, int) else DEFAULT_FLOAT
     with no_grad():
         t = apply1("full", shape=_shape((size,)), value=fill_value, dtype=as_dtype(dtype))
-    return t.requires_grad_(requires_grad) if requires_grad else t
+    return _placed(t, device, requires_grad)
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False):
-    return full(_shape(size), 0, dtype=_dtype(dtype), requires_grad=requires_grad)
+    return full(_shape(size), 0, dtype=_dtype(dtype), device=device, requires_grad=requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False):
-    return full(_shape(size), 1, dtype=_dtype(dtype), requires_grad=requires_grad)
+    return full(_shape(size), 1, dtype=_dtype(dtype), device=device, requires_grad=requires_grad)
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False):
-    return _wrap(np.empty(_shape(size), dtype=_dtype(dtype).np), requires_grad)
+    return _wrap(np.empty(_shape(size), dtype=_dtype(dtype).np), requires_grad, device)
 
 
-def _like(fn, t, dtype, requires_grad, *args):
+def _like(fn, t, dtype, device, requires_grad, *args):
+    """``fn`` for ``t``'s shape, with ``t``'s dtype and device unless given (as PyTorch)."""
     return fn(tuple(t.shape), *args, dtype=t.dtype if dtype is None else dtype,
-              requires_grad=requires_grad)
+              device=t.device if device is None else device, requires_grad=requires_grad)
 
 
 def zeros_like(t, *, dtype=None, device=None, requires_grad=False):
-    return _like(lambda s, **k: full(s, 0, **k), t, dtype, requires_grad)
+    return _like(lambda s, **k: full(s, 0, **k), t, dtype, device, requires_grad)
 
 
 def ones_like(t, *, dtype=None, device=None, requires_grad=False):
-    return _like(lambda s, **k: full(s, 1, **k), t, dtype, requires_grad)
+    return _like(lambda s, **k: full(s, 1, **k), t, dtype, device, requires_grad)
 
 
 def full_like(t, fill_value, *, dtype=None, device=None, requires_grad=False):
-    return _like(lambda s, **k: full(s, fill_value, **k), t, dtype, requires_grad)
+    return _like(lambda s, **k: full(s, fill_value, **k), t, dtype, device, requires_grad)
 
 
 def empty_like(t, *, dtype=None, device=None, requires_grad=False):
-    return _like(lambda s, **k: empty(s, **k), t, dtype, requires_grad)
+    return _like(lambda s, **k: empty(s, **k), t, dtype, device, requires_grad)
 
 
 def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
@@ -157,32 +166,35 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
         start, end = 0, start
     if dtype is None:
         dtype = DEFAULT_FLOAT if any(isinstance(v, float) for v in (start, end, step)) else int64
-    t = apply1("arange", start=start, end=end, step=step, dtype=as_dtype(dtype))
-    return t.requires_grad_(requires_grad) if requires_grad else t
+    with no_grad():
+        t = apply1("arange", start=start, end=end, step=step, dtype=as_dtype(dtype))
+    return _placed(t, device, requires_grad)
 
 
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
     return _wrap(np.linspace(start, end, int(steps), dtype=np.float64).astype(_dtype(dtype).np),
-                 requires_grad)
+                 requires_grad, device)
 
 
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
-    return _wrap(np.eye(n, n if m is None else m, dtype=_dtype(dtype).np), requires_grad)
+    return _wrap(np.eye(n, n if m is None else m, dtype=_dtype(dtype).np), requires_grad,
+                 device)
 
 
-def _random(op, size, dtype, requires_grad, **attrs):
-    t = apply1(op, shape=_shape(size), dtype=dtype, seed=next_seed(), **attrs)
-    return t.requires_grad_(requires_grad) if requires_grad else t
+def _random(op, size, dtype, device, requires_grad, **attrs):
+    with no_grad():
+        t = apply1(op, shape=_shape(size), dtype=dtype, seed=next_seed(), **attrs)
+    return _placed(t, device, requires_grad)
 
 
 def rand(*size, dtype=None, device=None, generator=None, requires_grad=False):
     """Uniform numbers in [0, 1), from graphnn's global generator."""
-    return _random("rand", size, _dtype(dtype), requires_grad)
+    return _random("rand", size, _dtype(dtype), device, requires_grad)
 
 
 def randn(*size, dtype=None, device=None, generator=None, requires_grad=False):
     """Standard normal numbers, from graphnn's global generator."""
-    return _random("randn", size, _dtype(dtype), requires_grad)
+    return _random("randn", size, _dtype(dtype), device, requires_grad)
 
 
 def randint(low, high=None, size=None, *, dtype=None, device=None, generator=None,
@@ -191,20 +203,19 @@ def randint(low, high=None, size=None, *, dtype=None, device=None, generator=Non
     if size is None:
         low, high, size = 0, low, high
     return _random("randint", (tuple(size),), int64 if dtype is None else as_dtype(dtype),
-                   False, low=int(low), high=int(high))
+                   device, False, low=int(low), high=int(high))
 
 
-def rand_like(t, *, dtype=None, requires_grad=False):
-    return rand(tuple(t.shape), dtype=t.dtype if dtype is None else dtype,
-                requires_grad=requires_grad)
+def rand_like(t, *, dtype=None, device=None, requires_grad=False):
+    return _like(rand, t, dtype, device, requires_grad)
 
 
-def randn_like(t, *, dtype=None, requires_grad=False):
-    return randn(tuple(t.shape), dtype=t.dtype if dtype is None else dtype,
-                 requires_grad=requires_grad)
+def randn_like(t, *, dtype=None, device=None, requires_grad=False):
+    return _like(randn, t, dtype, device, requires_grad)
 
 
-def randint_like(t, low, high=None, *, dtype=None):
+def randint_like(t, low, high=None, *, dtype=None, device=None):
     if high is None:
         low, high = 0, low
-    return randint(low, high, tuple(t.shape), dtype=t.dtype if dtype is None else dtype)
+    return randint(low, high, tuple(t.shape), dtype=t.dtype if dtype is None else dtype,
+                   device=t.device if device is None else device)

@@ -3,7 +3,10 @@
 ``apply_op`` normalises attributes, runs the op's shape rule (which raises graphnn errors for bad
 operands before anything is computed), runs the reference implementation, marks outputs that
 share memory with the input as views, and records a tape node when gradients are needed.
-Under ``graphnn.autocast`` the operands are first cast as the op's autocast rule says.
+Under ``graphnn.autocast`` the operands are first cast as the op's autocast rule says. An op
+with an operand on a device (``cuda``) runs through that device's runtime instead of the
+reference implementation (``device_tensor.run_op``; its results stay on the device and are
+never views).
 While ``graphnn.trace`` runs, an op on symbolic inputs (or with no inputs) is recorded into the
 graph instead (see ``trace_state``): no implementation runs and no tape node is made.
 """
@@ -15,7 +18,7 @@ from ..ir.registry import OpGroup, get_op
 from ..ir.types import TensorType
 from .autograd import EagerEmitter, Node
 from .grad_mode import is_grad_enabled
-from . import autocast, inplace, trace_state
+from . import autocast, device_tensor, inplace, trace_state
 
 
 def apply_op(name: str, inputs, attrs=None) -> tuple:
@@ -42,13 +45,16 @@ def apply_op(name: str, inputs, attrs=None) -> tuple:
             if t._view is not None:
                 inplace.refresh_view(t)
     out_types = _eager_out_types(op, inputs, attrs)
-    arrays = op.run([t._data for t in inputs], attrs, out_types)
-    outs = tuple(Tensor._wrap(a) for a in arrays)
-    if op.group is OpGroup.SHAPE and inputs:
-        source = inputs[0]
-        for out in outs:
-            if np.may_share_memory(out._data, source._data):
-                inplace.record_view(out, source, name, attrs)
+    if any(t._on_device for t in inputs):  # a device's runtime runs it (device_tensor.py)
+        outs = device_tensor.run_op(op, inputs, attrs, out_types)
+    else:
+        arrays = op.run([t._data for t in inputs], attrs, out_types)
+        outs = tuple(Tensor._wrap(a) for a in arrays)
+        if op.group is OpGroup.SHAPE and inputs:
+            source = inputs[0]
+            for out in outs:
+                if np.may_share_memory(out._data, source._data):
+                    inplace.record_view(out, source, name, attrs)
     if recording and any(t.requires_grad for t in inputs):
         node = Node(op, attrs, inputs, outs)
         for i, out in enumerate(outs):

@@ -12,9 +12,10 @@ import numpy as np
 
 from ..ir.dtypes import (DType, as_dtype, bfloat16, bool_, float16, float32, float64,
                          from_numpy_dtype, int32, int64)
-from ..ir.errors import AutogradError, DTypeError, ShapeError, UnsupportedError
-from . import printing, trace_state
+from ..ir.errors import AutogradError, DTypeError, ShapeError
+from . import device_tensor, printing, trace_state
 from .autograd import AccumulateGrad, VersionCounter
+from .device import CPU, device, resolve
 from .dispatch import apply1
 from .indexing import getitem, setitem
 from .inplace import TensorInplaceMixin, record_view, view_base
@@ -32,29 +33,6 @@ class Size(tuple):
         return int(np.prod(self, dtype=np.int64))
 
 
-class device:
-    """The device a tensor lives on; eager tensors are always on the CPU."""
-
-    def __init__(self, type="cpu"):
-        if str(type) != "cpu":
-            raise UnsupportedError(f"graphnn: device {type!r} is not available; eager tensors "
-                                   f"live on the CPU")
-        self.type = "cpu"
-
-    def __eq__(self, other):
-        return str(other) == "cpu" or (isinstance(other, device) and other.type == self.type)
-
-    def __hash__(self):
-        return hash(self.type)
-
-    def __str__(self):
-        return self.type
-
-    def __repr__(self):
-        return f"device(type='{self.type}')"
-
-
-CPU = device("cpu")
 
 
 class RemovableHandle:
@@ -72,6 +50,7 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
     """An n-dimensional array of one dtype, with gradients recorded when ``requires_grad``."""
 
     __array_priority__ = 1000  # NumPy defers to Tensor's reflected operators
+    _on_device = False  # True for device tensors (device_tensor.py), read by dispatch
 
     def __init__(self, data, *, requires_grad: bool = False):
         """``graphnn.Tensor(data)`` copies ``data`` as float32, like ``torch.Tensor``; use
@@ -93,9 +72,16 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
 
     @classmethod
     def _wrap(cls, array) -> "Tensor":
-        """A tensor owning ``array`` (no copy); ``array`` must have a graphnn dtype."""
+        """A tensor owning ``array`` (no copy); ``array`` must have a graphnn dtype. A device
+        runtime's array makes a tensor on that device."""
+        if not isinstance(array, np.ndarray):
+            where = None if isinstance(array, (np.generic, int, float, bool)) else \
+                device_tensor.device_of_array(array)
+            if where is not None:
+                return device_tensor.wrap(array, where)
+            array = np.asarray(array)
         t = Tensor.__new__(Tensor)
-        t._init(array if isinstance(array, np.ndarray) else np.asarray(array))
+        t._init(array)
         return t
 
     # ---- metadata -----------------------------------------------------------------------------
@@ -132,6 +118,10 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
     @property
     def device(self) -> device:
         return CPU
+
+    @property
+    def is_cuda(self) -> bool:
+        return False
 
     @property
     def is_leaf(self) -> bool:
@@ -214,8 +204,11 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
 
     @data.setter
     def data(self, value: "Tensor") -> None:
-        self._data = trace_state.readable_data(value, "x.data = y") if isinstance(
-            value, Tensor) else np.asarray(value)
+        if isinstance(value, Tensor):  # the device follows value's (as in PyTorch)
+            device_tensor.set_storage(self, trace_state.readable_data(value, "x.data = y"),
+                                      value.device)
+        else:
+            device_tensor.set_storage(self, np.asarray(value), CPU)
 
     def _refuse_in_trace(self, what: str) -> None:
         """A TraceError for ``what`` on a symbolic tensor: a traced graph computes gradients
@@ -312,19 +305,22 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
     __hash__ = object.__hash__
 
     def to(self, *args, **kwargs) -> "Tensor":
-        """``to(dtype)``, ``to("cpu")``, ``to(device, dtype)``, ``to(other)``; returns self
-        when nothing changes. A string is a device, as in PyTorch."""
-        dtype = kwargs.get("dtype")
+        """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)`` (other's device
+        and dtype); returns self when nothing changes. A string or an int is a device, as in
+        PyTorch; a move copies (``device_tensor.move``)."""
+        dtype, target = kwargs.get("dtype"), None
         for a in list(args) + [kwargs.get("device")]:
             if isinstance(a, Tensor):
-                dtype = a.dtype
-            elif isinstance(a, (str, device)):
-                device(str(a))
-            elif a is not None:
-                dtype = as_dtype(a)
-        if dtype is None or as_dtype(dtype) == self.dtype:
-            return self
-        return apply1("cast", self, dtype=as_dtype(dtype))
+                dtype, target = a.dtype, a.device
+            elif isinstance(a, (str, device)) or (isinstance(a, int) and
+                                                  not isinstance(a, bool)):
+                target = a
+            elif a is not None and not isinstance(a, bool):  # bool: non_blocking or copy
+                dtype = a
+        t = self if target is None else device_tensor.move(self, resolve(target, "Tensor.to"))
+        if dtype is None or as_dtype(dtype) == t.dtype:
+            return t
+        return apply1("cast", t, dtype=as_dtype(dtype))
 
     def type(self, dtype=None):
         if dtype is None:
@@ -355,9 +351,11 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
     def cpu(self):
         return self
 
-    def cuda(self, *args, **kwargs):
-        raise UnsupportedError("graphnn: CUDA tensors are not available in eager mode; compile "
-                               "the model with a GPU backend instead")
+    def cuda(self, device=None, non_blocking=False):
+        """A copy on ``cuda`` (or ``cuda:device``); an ``UnsupportedError`` saying why when
+        CUDA is not available (see ``graphnn.cuda.is_available``)."""
+        target = "cuda" if device is None else device
+        return self.to(f"cuda:{target}" if isinstance(target, int) else target)
 
     def clone(self) -> "Tensor":
         return apply1("cast", self, dtype=self.dtype)

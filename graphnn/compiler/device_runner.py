@@ -1,0 +1,118 @@
+"""The ``cuda`` device's runtime for eager tensors: the Triton backend, one op at a time.
+
+The frontend holds device tensors but may not import the backends; ``register()`` (called when
+``graphnn`` is imported) gives it ``TritonRuntime`` for ``cuda`` (``frontend/device.py`` lists
+what a runtime does). Each eager op on device tensors becomes a one-node graph, built for the
+Triton backend as an inference kernel (``stages.build``: the pass pipeline, decomposition of
+what the backend does not lower, a schedule) and kept by its IR text, which names the op, its
+attributes and its input types exactly: the same op on the same types reuses the kernel, and
+the kernel cache (memory and disk) is shared with compiled code. The kernel runs on the device
+arrays (torch tensors) and returns device arrays.
+
+The device is the Triton backend's: ``cuda`` where torch sees a GPU; with
+``TRITON_INTERPRET=1`` (and triton installed), torch CPU tensors run by Triton's interpreter,
+so the device path runs without a GPU. torch is imported only when the device is first used.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+
+from ..codegen.triton import BACKEND
+from ..codegen.triton.device import DEVICE, interpreted
+from ..frontend.device import device, register_device_runner
+from ..ir.graph import Graph, flatten_structure, map_structure
+from ..ir.types import TensorType
+from ..runtime.artifact import CompiledArtifact
+from . import stages
+
+_KEPT = 4096  # kernels kept before the memo starts again (shapes can vary without end)
+
+
+class TritonRuntime:
+    """Device arrays are the Triton backend's (``codegen/triton/device.py``)."""
+
+    def __init__(self):
+        self._artifacts: dict = {}  # one-op graph text -> CompiledArtifact
+        self._lock = threading.Lock()
+
+    def available(self) -> bool:
+        """torch sees a GPU, or Triton's interpreter is on with triton installed."""
+        if importlib.util.find_spec("torch") is None:
+            return False
+        if interpreted():
+            return importlib.util.find_spec("triton") is not None
+        if os.environ.get("CUDA_VISIBLE_DEVICES") == "":  # cheap: skip importing torch
+            return False
+        import torch
+        return torch.cuda.is_available() and importlib.util.find_spec("triton") is not None
+
+    def unavailable_reason(self) -> str:
+        if importlib.util.find_spec("torch") is None or \
+                importlib.util.find_spec("triton") is None:
+            return "CUDA tensors need torch and triton (pip install 'graphnn[triton]')"
+        return ("torch sees no CUDA GPU (set TRITON_INTERPRET=1 to run the cuda device on the "
+                "CPU under Triton's interpreter)")
+
+    def device_count(self) -> int:
+        if interpreted():
+            return 1
+        import torch
+        return torch.cuda.device_count()
+
+    def upload(self, host):
+        return DEVICE.upload(host)
+
+    def download(self, array):
+        return DEVICE.download(array)
+
+    def device_of(self, array):
+        """cuda:0 for a torch tensor (the one device used so far), else None."""
+        if not type(array).__module__.startswith("torch"):
+            return None
+        import torch
+        return device("cuda", 0) if isinstance(array, torch.Tensor) else None
+
+    def run(self, op, arrays, attrs, out_types) -> list:
+        """Registry op ``op`` on device arrays: its kernel's device results, in order."""
+        artifact = self._artifact(op, [DEVICE.type_of(a) for a in arrays], attrs, out_types)
+        inputs = [a.contiguous() for a in arrays]
+        results = artifact.launch(inputs, {}, _to_host)
+        return [r.contiguous() for r in flatten_structure(results)]
+
+    def _artifact(self, op, types, attrs, out_types) -> CompiledArtifact:
+        graph = _one_op_graph(op, types, attrs, out_types)
+        key = str(graph)
+        artifact = self._artifacts.get(key)
+        if artifact is None:
+            stage = stages.build(graph, "inference", BACKEND).stages["inference"]
+            artifact = CompiledArtifact(stage.graph, BACKEND, plan=stage.plan, options="eager",
+                                        name=graph.name, schedule=stage.schedule)
+            with self._lock:
+                if len(self._artifacts) >= _KEPT:
+                    self._artifacts.clear()
+                self._artifacts[key] = artifact
+        return artifact
+
+
+def _one_op_graph(op, types, attrs, out_types) -> Graph:
+    """``op`` alone: inputs ``x0..`` of ``types``, every output a result."""
+    graph = Graph(f"eager_{op.name}")
+    values = [graph.add_input(f"x{i}", TensorType(t.shape, t.dtype))
+              for i, t in enumerate(types)]
+    node = graph.add_node(op.name, values, attrs, out_types)
+    graph.outputs = tuple(node.outputs)
+    return graph
+
+
+def _to_host(structure):
+    return map_structure(DEVICE.download, structure)
+
+
+RUNTIME = TritonRuntime()
+
+
+def register() -> None:
+    """Make the Triton runtime the ``cuda`` device's (``graphnn/__init__`` calls this)."""
+    register_device_runner("cuda", RUNTIME)

@@ -1,0 +1,25 @@
+"""``graphnn.cuda``: whether the ``cuda`` device is available here, as ``torch.cuda`` says it.
+
+The ``cuda`` device is the Triton backend's (``graphnn/compiler/device_runner.py``): a CUDA GPU
+that torch sees, or, with ``TRITON_INTERPRET=1`` and triton installed, torch CPU tensors run by
+Triton's interpreter (the whole device path without a GPU; one device).
+"""
+from __future__ import annotations
+
+from .frontend import device as _device
+
+
+def is_available() -> bool:
+    """True when tensors can be put on ``cuda``."""
+    return _device.is_available("cuda")
+
+
+def device_count() -> int:
+    """How many ``cuda`` devices there are (0 when it is not available)."""
+    return _device.device_count("cuda")
+
+
+def current_device() -> int:
+    """The index of the device ``"cuda"`` means: always 0 (graphnn uses one device)."""
+    _device.runtime_of("cuda", "graphnn.cuda.current_device()")
+    return 0

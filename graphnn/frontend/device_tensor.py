@@ -1,0 +1,219 @@
+"""Tensors on a device: their class, moves between devices and eager ops on them.
+
+A tensor on ``cuda`` is an ordinary ``Tensor`` whose ``_data`` is its device runtime's array
+(``device.py``: the Triton backend's runtime holds torch tensors) and whose class is the
+*device twin* of its tensor class: a subclass (same name) that reads shape, dtype and values
+from the device array and downloads where Python reads values (``item``, ``tolist``, printing).
+Host tensors keep their plain class, so nothing on the NumPy path checks a device: ``dispatch``
+asks only the class attribute ``_on_device`` before running an op.
+
+Moves (``to``, ``cuda``, ``cpu``) copy. They are not recorded by autograd yet: moving a tensor
+that requires grad while grad mode is on is refused (move it before setting ``requires_grad``,
+or under ``no_grad``). An op on a device runs through the device's runtime on the device arrays
+(``run_op``); its results stay on the device. A 0-d CPU tensor (a Python scalar operand
+becomes one) may take part in an op on the device, as in PyTorch; any other mix of devices is a
+``DeviceError`` naming the op and both devices. In-place writes into device tensors are not
+supported yet (``inplace.py`` writes with NumPy).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.dtypes import as_dtype
+from ..ir.errors import AutogradError, DTypeError, ShapeError, UnsupportedError
+from . import printing, trace_state
+from .device import CPU, DeviceError, RUNTIMES, runtime_of
+from .grad_mode import is_grad_enabled
+
+
+class DeviceTensorMixin:
+    """What a tensor on a device does differently from a host tensor (see the module
+    docstring); ``_device`` and ``_host_class`` are set on each twin class."""
+
+    _on_device = True
+
+    @property
+    def device(self):
+        return self._device
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._device.type == "cuda"
+
+    @property
+    def dtype(self):
+        return dtype_of(self._data)
+
+    def numel(self) -> int:
+        return int(self._data.numel())
+
+    nelement = numel
+
+    def element_size(self) -> int:
+        return int(self._data.element_size())
+
+    def is_contiguous(self) -> bool:
+        return True  # device results are contiguous: runtimes never return views
+
+    def contiguous(self):
+        return self
+
+    def _host_values(self) -> np.ndarray:
+        """A host copy of the values (a download)."""
+        return RUNTIMES[self._device.type].download(self._data)
+
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        if not force:
+            if self.requires_grad:
+                raise AutogradError("Can't call numpy() on Tensor that requires grad. Use "
+                                    "tensor.detach().numpy() instead.")
+            raise DTypeError(f"can't convert {self._device} device type tensor to numpy. Use "
+                             f"Tensor.cpu() to copy the tensor to host memory first.")
+        return self._host_values()
+
+    def __array__(self, dtype=None, copy=None):
+        raise DTypeError(f"can't convert {self._device} device type tensor to numpy. Use "
+                         f"Tensor.cpu() to copy the tensor to host memory first.")
+
+    def tolist(self):
+        return self._host_values().tolist()
+
+    def _scalar(self, what: str):
+        if self.numel() != 1:
+            raise ShapeError(f"a Tensor with {self.numel()} elements cannot be converted to "
+                             f"Scalar")
+        return self._host_values().reshape(()).item()
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise ShapeError(f"Boolean value of Tensor with {self.numel()} values is ambiguous")
+        return bool(self._scalar("bool(x)"))
+
+    def cpu(self):
+        return move(self, CPU)
+
+    def __repr__(self):
+        """PyTorch's form: the host repr with ``device='cuda:0'`` as the first suffix."""
+        from .tensor import Tensor
+        host = Tensor._wrap(self._host_values())
+        host.grad_fn, host._requires_grad = self.grad_fn, self._requires_grad
+        text = printing.tensor_repr(host)
+        end = len(printing._PREFIX) + len(printing.format_data(host._data))
+        return f"{text[:end]}, device='{self._device}'{text[end:]}"
+
+    __str__ = __repr__
+
+    def __reduce_ex__(self, protocol):
+        return (_rebuild, (self._host_values(), self._requires_grad, str(self._device)))
+
+
+def _rebuild(array, requires_grad, where):
+    from .device import device
+    from .tensor import Tensor
+    t = move(Tensor._wrap(array), device(where))
+    t._requires_grad = requires_grad
+    return t
+
+
+_TWINS: dict = {}  # (host tensor class, device) -> its device twin
+_DTYPES: dict = {}  # device array dtype -> graphnn DType
+
+
+def dtype_of(array):
+    """The graphnn dtype of a device array (a torch tensor: ``torch.float32`` -> float32)."""
+    dt = _DTYPES.get(array.dtype)
+    if dt is None:
+        dt = _DTYPES[array.dtype] = as_dtype(str(array.dtype).rpartition(".")[2])
+    return dt
+
+
+def host_class(cls):
+    """The plain (host) class of a tensor class or of its device twin."""
+    return cls.__dict__.get("_host_class", cls) if cls.__dict__.get("_on_device") else cls
+
+
+def twin_class(cls, where):
+    """The class of ``cls``'s tensors on device ``where`` (``cls`` itself for the CPU)."""
+    base = host_class(cls)
+    if where == CPU:
+        return base
+    twin = _TWINS.get((base, where))
+    if twin is None:
+        twin = _TWINS[(base, where)] = type(base.__name__, (DeviceTensorMixin, base), {
+            "_on_device": True, "_device": where, "_host_class": base,
+            "__module__": base.__module__, "__qualname__": base.__qualname__,
+            "__doc__": base.__doc__})
+    return twin
+
+
+def wrap(array, where):
+    """A new tensor owning device array ``array`` of device ``where``."""
+    from .tensor import Tensor
+    t = Tensor.__new__(twin_class(Tensor, where))
+    t._init(array)
+    return t
+
+
+def device_of_array(array):
+    """The device a runtime says ``array`` lives on, or None (not a device array)."""
+    for runtime in RUNTIMES.values():
+        where = runtime.device_of(array)
+        if where is not None:
+            return where
+    return None
+
+
+def set_storage(t, array, where) -> None:
+    """Give ``t`` the array ``array`` of device ``where`` (``x.data = y``), its class following."""
+    t._data = array
+    cls = twin_class(type(t), where)
+    if type(t) is not cls:
+        t.__class__ = cls
+
+
+def move(t, where):
+    """``t`` on device ``where`` (a resolved device): ``t`` itself when it is there, else a
+    copy (see the module docstring for autograd)."""
+    from .tensor import Tensor
+    source = t.device
+    if source == where:
+        return t
+    if t.requires_grad and is_grad_enabled():
+        raise UnsupportedError(f"graphnn: moving a tensor that requires grad from {source} to "
+                               f"{where} is not differentiable yet; move it before setting "
+                               f"requires_grad, or under graphnn.no_grad()")
+    if where == CPU:
+        return Tensor._wrap(RUNTIMES[source.type].download(t._data))
+    if source != CPU:
+        raise UnsupportedError(f"graphnn: moving a tensor from {source} to {where} directly is "
+                               f"not supported; go through .cpu()")
+    host = trace_state.readable_data(t, f"moving a tensor to {where}")
+    return wrap(runtime_of(where.type, f"moving a tensor to {where}").upload(host), where)
+
+
+def run_op(op, inputs, attrs, out_types) -> tuple:
+    """Registry op ``op`` on ``inputs``, some on a device: run by that device's runtime on
+    the device arrays (0-d CPU operands uploaded); the results, on the device."""
+    where = None
+    for t in inputs:
+        if t._on_device:
+            if where is None:
+                where = t._device
+            elif t._device != where:
+                raise _mixed(op.name, where, t._device)
+    runtime = RUNTIMES[where.type]
+    arrays = []
+    for t in inputs:
+        if t._on_device:
+            arrays.append(t._data)
+        elif t._data.ndim == 0:
+            arrays.append(runtime.upload(t._data))
+        else:
+            raise _mixed(op.name, where, t.device)
+    return tuple(wrap(a, where) for a in runtime.run(op, arrays, attrs, out_types))
+
+
+def _mixed(op_name, a, b) -> DeviceError:
+    return DeviceError(f"{op_name}: expected all tensors to be on the same device, but found at "
+                       f"least two devices, {a} and {b}! (a CPU tensor may take part in an op "
+                       f"on {a} only when it is 0-d; move the other with .to('{a}'))")
