@@ -348,3 +348,20 @@ def test_low_precision_norms_compute_in_float32_and_keep_the_input_dtype_as_torc
             torch.testing.assert_close(ours, theirs.detach(), rtol=2.0 ** -7, atol=1e-5)
         else:
             torch.testing.assert_close(ours.float(), theirs.float(), rtol=3.2e-2, atol=2e-2)
+
+
+def test_attention_with_dropout_in_bfloat16_fuses_and_keeps_its_values():
+    """The attention pass checks a dropout's 1/(1-p) within the probabilities' machine
+    epsilon: bfloat16's through graphnn's finfo (NumPy's raises on it)."""
+    from attention_goldens import FORMS
+    from graphnn.ir import interpret, parse, verify
+    from graphnn.passes.fuse_attention import fuse_attention
+    graph = verify(parse(FORMS["dropout"][0].replace("f32", "bf16")))
+    fused = verify(fuse_attention(graph))
+    attention, = [n for n in fused.nodes if n.op == "scaled_dot_product_attention"]
+    assert attention.attrs["seed"] == 7 and np.isclose(attention.attrs["dropout_p"], 0.1,
+                                                       rtol=2.0 ** -8)
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(v.type.shape).astype(BF16) for v in graph.inputs]
+    np.testing.assert_allclose(interpret(fused, *inputs).astype(np.float32),
+                               interpret(graph, *inputs).astype(np.float32), rtol=3e-2, atol=3e-2)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..ir.dtypes import finfo
 from ..ir.graph import Graph, Node, Value
 from ..ir.ops.shape_rules import fmt_shape, normalize_dim
 from ..ir.printer import ROOT_SCOPE
@@ -175,7 +176,8 @@ def step_dropout(m: Attention, value: Value, consts: Constants):
     if drawn.outputs[0].type != probs.type:
         return probs, (f"the dropout mask {drawn.outputs[0].type} does not match the "
                        f"probabilities {probs.type}")
-    if not 0 < p < 1 or not math.isclose(scale, 1 / (1 - p), rel_tol=8 * np.finfo(dtype).eps):
+    tolerance = 8 * finfo(probs.type.dtype).eps
+    if not 0 < p < 1 or not math.isclose(scale, 1 / (1 - p), rel_tol=tolerance):
         return probs, f"dropout scales by {scale!r}, not 1/(1-p) for p = {p!r}"
     m.dropout = (p, drawn.attrs["seed"])
     return probs, None
