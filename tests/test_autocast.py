@@ -4,6 +4,8 @@ trace (the graph gets the casts) and a model compiled under autocast."""
 from __future__ import annotations
 
 import copy
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -11,6 +13,7 @@ import torch.nn.functional as TF
 
 import graphnn
 import graphnn.nn.functional as F
+from graphnn.compiler import CompileWarning
 from graphnn.ir.torch_arrays import from_torch, to_torch
 
 LOW = [pytest.param("bfloat16", id="bf16"), pytest.param("float16", id="f16")]
@@ -224,3 +227,49 @@ def test_training_compiled_under_autocast_matches_eager_training(dtype):
         assert compiled.dtype == np.float32  # bfloat16 keeps 3 bits less than float16
         scale = 8 if dtype == "bfloat16" else 1  # (a GEMM's sum order flips a gradient's ulp)
         np.testing.assert_allclose(compiled, eager, rtol=1e-3 * scale, atol=1e-4 * scale)
+
+
+def _classifier(lib):
+    lib.manual_seed(0)
+    return lib.nn.Sequential(lib.nn.Linear(8, 16), lib.nn.ReLU(), lib.nn.Linear(16, 5))
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_a_whole_step_compiled_with_autocast_inside_matches_eager_and_torch(dtype):
+    """``graphnn.compile(step)`` where the step runs its forward and cross entropy under
+    autocast (a float32 loss from low-precision logits) and steps SGD with momentum: four steps
+    give eager's losses and float32 parameters within the dtype's rounding, and torch's."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((6, 8)).astype(np.float32)
+    y = rng.integers(0, 5, 6)
+    runs = {}
+    for name in ("torch", "eager", "compiled"):
+        lib = torch if name == "torch" else graphnn
+        net = _classifier(lib)
+        if lib is graphnn:  # the same initial weights as torch's
+            net.load_state_dict(_classifier(torch).state_dict())
+        opt = lib.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        xs, ys = (torch.from_numpy(x), torch.from_numpy(y)) if lib is torch else \
+            (graphnn.tensor(x), graphnn.tensor(y))
+
+        def step(xs, ys, net=net, opt=opt, lib=lib):
+            opt.zero_grad()
+            with lib.autocast("cpu", dtype=getattr(lib, dtype)):
+                loss = lib.nn.functional.cross_entropy(net(xs), ys)
+            loss.backward()
+            opt.step()
+            return loss
+        if name == "compiled":
+            step = graphnn.compile(step)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", CompileWarning)  # no fallback to eager
+            losses = [step(xs, ys) for _ in range(4)]
+        assert name != "compiled" or step.compiles >= 1
+        assert all(str(loss.dtype).endswith("float32") for loss in losses)
+        runs[name] = ([float(loss.detach()) for loss in losses],
+                      [p.detach().numpy().copy() for p in net.parameters()])
+    scale = 8 if dtype == "bfloat16" else 1  # bfloat16 keeps 3 bits less than float16
+    for name, rtol in (("compiled", 1e-3), ("torch", 2e-3)):
+        np.testing.assert_allclose(runs[name][0], runs["eager"][0], rtol=rtol * scale)
+        for ours, theirs in zip(runs["eager"][1], runs[name][1], strict=True):
+            np.testing.assert_allclose(ours, theirs, rtol=rtol * scale, atol=rtol * scale / 10)
