@@ -311,12 +311,12 @@ def test_conversions_match_torch_and_keep_parameter_objects(name):
 @pytest.mark.parametrize("call", [lambda m: m.cuda(), lambda m: m.to("cuda"),
                                   lambda m: m.to("cuda:1", graphnn.float64),
                                   lambda m: m.to(device="cuda"), lambda m: m.cuda(0),
-                                  lambda m: m.xpu(), lambda m: m.bfloat16(),
+                                  lambda m: m.xpu(),
                                   lambda m: m.to_empty(device="cuda")])
 def test_gpu_moves_raise_clearly_and_change_nothing(call):
     net = _tree(graphnn)
     before = {k: v.numpy().copy() for k, v in net.state_dict().items()}
-    with pytest.raises(UnsupportedError, match="GPU backend|bfloat16"):
+    with pytest.raises(UnsupportedError, match="GPU backend"):
         call(net)
     after = net.state_dict()
     assert all(after[k].dtype == graphnn.tensor(v).dtype and np.array_equal(after[k], v)
