@@ -365,3 +365,30 @@ def test_attention_with_dropout_in_bfloat16_fuses_and_keeps_its_values():
     inputs = [rng.standard_normal(v.type.shape).astype(BF16) for v in graph.inputs]
     np.testing.assert_allclose(interpret(fused, *inputs).astype(np.float32),
                                interpret(graph, *inputs).astype(np.float32), rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_low_precision_batch_norm_keeps_the_input_dtype_and_float32_statistics_as_torch(
+        dtype, training):
+    """A bf16/f16 input with float32 weight, bias and running statistics: normalised in
+    float32, rounded once into the input's dtype; the running statistics stay float32 and
+    take the float32 batch statistics, as torch's CPU kernel."""
+    rng = np.random.default_rng(6)
+    data = [rng.standard_normal(s).astype(np.float32) for s in ((4, 6, 8), (6,), (6,))]
+    stats = [np.zeros(6, np.float32), np.ones(6, np.float32)]
+    results = []
+    for lib in (torch, graphnn):
+        make = torch.from_numpy if lib is torch else graphnn.tensor
+        x = make(data[0]).to(getattr(lib, dtype))
+        w, b = (make(d.copy()) for d in data[1:])
+        running = [make(s.copy()) for s in stats]
+        y = lib.nn.functional.batch_norm(x, *running, w, b, training=training, momentum=0.3)
+        results.append([y] + running)
+    (theirs, *their_stats), (ours, *our_stats) = results
+    assert str(ours.dtype) == str(theirs.dtype).replace("torch", "graphnn")
+    torch.testing.assert_close(to_torch(ours.numpy()), theirs, rtol=2.0 ** -7, atol=1e-5)
+    for a, b in zip(our_stats, their_stats):
+        assert a.dtype is graphnn.float32
+        torch.testing.assert_close(to_torch(a.numpy()), b, rtol=1e-5, atol=1e-6)

@@ -4,7 +4,9 @@ Training normalises with the batch mean and biased variance over every dim but t
 (autograd differentiates through both) and, when running statistics are given, updates them in
 place without recording gradients: ``running = (1 - momentum) * running + momentum * stat``
 with the unbiased variance (``momentum`` may be a 0-d tensor). Otherwise the running statistics normalise.
-``out = (x - mean) * rsqrt(var + eps) * weight + bias``.
+``out = (x - mean) * rsqrt(var + eps) * weight + bias``. A float16 or bfloat16 input is
+normalised in float32 (statistics and affine included) and rounded once into its dtype, as
+PyTorch's CPU kernels do.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from ...frontend.grad_mode import no_grad
 from ...ir.errors import ShapeError
 from ...ir.ops.shape_rules import fmt_shape
 from .conv import require_tensor
+from .normalization import rounded_like, widened
 
 __all__ = ["batch_norm"]
 
@@ -54,20 +57,21 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     check_batch_norm_input(input, running_mean, running_var, weight, bias, training, eps)
     channels = input.shape[1]
     stat_shape = (1, channels) + (1,) * (input.ndim - 2)
+    x = widened(input)
     if training:
         count = input.numel() // channels
         dims = (0,) + tuple(range(2, input.ndim))
-        mean = input.mean(dims, keepdim=True)
-        var = input.var(dims, correction=0, keepdim=True)
+        mean = x.mean(dims, keepdim=True)
+        var = x.var(dims, correction=0, keepdim=True)
         if running_mean is not None:
             _update_running(running_mean, mean, momentum)
         if running_var is not None:
             _update_running(running_var, var * (count / (count - 1)), momentum)
     else:
         mean, var = running_mean.reshape(stat_shape), running_var.reshape(stat_shape)
-    out = (input - mean) * (var + eps).rsqrt()
+    out = (x - mean) * (var + eps).rsqrt()
     if weight is not None:
         out = out * weight.reshape(stat_shape)
     if bias is not None:
         out = out + bias.reshape(stat_shape)
-    return out
+    return rounded_like(out, input)

@@ -33,12 +33,12 @@ def _affine(x, weight, bias):
     return x
 
 
-def _widened(input):
+def widened(input):
     """``input`` in the dtype normalisation computes in (float32 for float16/bfloat16)."""
     return input.float() if input.dtype in LOW_PRECISION else input
 
 
-def _rounded(result, input):
+def rounded_like(result, input):
     """``result`` rounded into a low-precision ``input``'s dtype (else as it is)."""
     return result.to(input.dtype) if input.dtype in LOW_PRECISION else result
 
@@ -47,10 +47,10 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-
     """``(x - mean) / sqrt(var + eps) * weight + bias`` with the biased variance over the
     trailing ``normalized_shape`` dims."""
     dims = _normalized_dims("layer_norm", input, normalized_shape)
-    x = _widened(input)
+    x = widened(input)
     centered = x - x.mean(dims, keepdim=True)
     var = (centered * centered).mean(dims, keepdim=True)
-    return _rounded(_affine(centered * (var + eps).rsqrt(), weight, bias), input)
+    return rounded_like(_affine(centered * (var + eps).rsqrt(), weight, bias), input)
 
 
 def rms_norm(input, normalized_shape, weight=None, eps: float | None = None):
@@ -60,6 +60,6 @@ def rms_norm(input, normalized_shape, weight=None, eps: float | None = None):
     dims = _normalized_dims("rms_norm", input, normalized_shape)
     if eps is None:
         eps = float(finfo(compute_dtype(input.dtype)).eps)
-    x = _widened(input)
-    return _rounded(_affine(x * ((x * x).mean(dims, keepdim=True) + eps).rsqrt(), weight, None),
+    x = widened(input)
+    return rounded_like(_affine(x * ((x * x).mean(dims, keepdim=True) + eps).rsqrt(), weight, None),
                     input)
