@@ -92,16 +92,14 @@ class DeviceTensorMixin:
     def cpu(self):
         return move(self, CPU)
 
-    def __repr__(self):
-        """PyTorch's form: the host repr with ``device='cuda:0'`` as the first suffix."""
+    def _repr_text(self) -> str:
+        """PyTorch's form: the host text with ``device='cuda:0'`` as the first suffix."""
         from .tensor import Tensor
         host = Tensor._wrap(self._host_values())
         host.grad_fn, host._requires_grad = self.grad_fn, self._requires_grad
         text = printing.tensor_repr(host)
         end = len(printing._PREFIX) + len(printing.format_data(host._data))
         return f"{text[:end]}, device='{self._device}'{text[end:]}"
-
-    __str__ = __repr__
 
     def __reduce_ex__(self, protocol):
         return (_rebuild, (self._host_values(), self._requires_grad, str(self._device)))

@@ -385,9 +385,13 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
     # ---- printing -------------------------------------------------------------------------------
 
     def __repr__(self):
-        return printing.tensor_repr(self)
+        return self._repr_text()
 
     def __str__(self):
+        return self._repr_text()
+
+    def _repr_text(self) -> str:
+        """The ``tensor(...)`` text (a device tensor's adds its device)."""
         return printing.tensor_repr(self)
 
     def __format__(self, spec):
