@@ -133,6 +133,16 @@ def test_moving_a_tensor_that_requires_grad_is_refused_for_now():
         assert w.cuda().is_cuda and not w.cuda().requires_grad
 
 
+def test_in_place_writes_into_device_tensors_are_refused_clearly_for_now():
+    x = graphnn.ones(3, device="cuda")
+    for write in (lambda: x.add_(1), lambda: x.zero_(), lambda: x.__iadd__(1),
+                  lambda: x.__setitem__(0, 2.0), lambda: x.copy_(graphnn.ones(3))):
+        with pytest.raises(NotImplementedError, match="in-place writes into cuda:0 tensors are "
+                                                      "not supported yet"):
+            write()
+    assert x.tolist() == [1.0, 1.0, 1.0]
+
+
 # ---- printing -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("make, expected", [
