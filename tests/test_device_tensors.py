@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import graphnn
-from graphnn.compiler.device_runner import RUNTIME
+from graphnn.compiler.device_runner import RUNTIME, _fast_key
 from graphnn.frontend.device import DeviceError
 
 SPECIAL = np.array([[1.5, -0.0, np.nan], [np.inf, -np.inf, 3.25e-39]], np.float32)
@@ -267,9 +267,24 @@ def test_each_op_compiles_once_into_a_triton_kernel():
     kept = len(RUNTIME._artifacts)
     (_cuda(B) * 2).relu()  # same ops, same types: no new kernels
     assert len(RUNTIME._artifacts) == kept
-    relu = next(a for k, a in RUNTIME._artifacts.items()
-                if "relu(%x0)" in k and "f32[3,5]" in k)
+    relu = RUNTIME._artifacts[("relu", (((3, 5), graphnn.float32),), ())]
     assert "@triton.jit" in relu.source
+
+
+def test_kernel_keys_tell_apart_what_equal_python_values_hide():
+    """The memo's fast key is as exact as the one-op graph's text: -0.0 and 0.0, True and 1
+    differ; NaN finds its kernel again; an array attribute falls back to the text."""
+    op, types = graphnn.ir.get_op("pad"), [graphnn.ir.TensorType((3,), graphnn.float32)]
+    keys = [_fast_key(op, types, {"pads": [1, 1], "value": v})
+            for v in (0.0, -0.0, False, 0, np.nan)]
+    assert len(set(keys)) == 5
+    assert _fast_key(op, types, {"pads": [1, 1], "value": np.nan}) == keys[4]
+    assert _fast_key(op, types, {"pads": [1, 1], "value": np.zeros(2)}) is None
+    values = np.array([-2.0, 0.0, 3.0], np.float32)
+    for fill in (0.0, -0.0, 0.0):
+        got = graphnn.pad(_cuda(values), (1, 1), value=fill)
+        expected = torch.nn.functional.pad(torch.from_numpy(values), (1, 1), value=fill)
+        assert got.cpu().numpy().tobytes() == expected.numpy().tobytes()
 
 
 def test_a_zero_dim_cpu_tensor_may_join_an_op_on_cuda():

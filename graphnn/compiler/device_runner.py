@@ -5,7 +5,8 @@ The frontend holds device tensors but may not import the backends; ``register()`
 what a runtime does). Each eager op on device tensors becomes a one-node graph, built for the
 Triton backend as an inference kernel (``stages.build``: the pass pipeline, decomposition of
 what the backend does not lower, a schedule) and kept by its IR text, which names the op, its
-attributes and its input types exactly: the same op on the same types reuses the kernel, and
+attributes and its input types exactly (a tuple of the same, made without building the graph,
+finds it first): the same op on the same types reuses the kernel, and
 the kernel cache (memory and disk) is shared with compiled code. The kernel runs on the device
 arrays (torch tensors) and returns device arrays.
 
@@ -34,7 +35,7 @@ class TritonRuntime:
     """Device arrays are the Triton backend's (``codegen/triton/device.py``)."""
 
     def __init__(self):
-        self._artifacts: dict = {}  # one-op graph text -> CompiledArtifact
+        self._artifacts: dict = {}  # one-op graph text, or its _fast_key -> CompiledArtifact
         self._lock = threading.Lock()
 
     def available(self) -> bool:
@@ -82,9 +83,12 @@ class TritonRuntime:
         return [r.contiguous() for r in flatten_structure(results)]
 
     def _artifact(self, op, types, attrs, out_types) -> CompiledArtifact:
-        graph = _one_op_graph(op, types, attrs, out_types)
-        key = str(graph)
-        artifact = self._artifacts.get(key)
+        key = _fast_key(op, types, attrs)
+        artifact = self._artifacts.get(key) if key is not None else None
+        if artifact is None:
+            graph = _one_op_graph(op, types, attrs, out_types)
+            key = key if key is not None else str(graph)
+            artifact = self._artifacts.get(key)
         if artifact is None:
             stage = stages.build(graph, "inference", BACKEND).stages["inference"]
             artifact = CompiledArtifact(stage.graph, BACKEND, plan=stage.plan, options="eager",
@@ -94,6 +98,26 @@ class TritonRuntime:
                     self._artifacts.clear()
                 self._artifacts[key] = artifact
         return artifact
+
+
+def _fast_key(op, types, attrs):
+    """A key as exact as the one-op graph's text, without building it: the op, the input types
+    and the attributes, floats by ``repr`` (``-0.0`` and ``0.0`` differ, NaN equals NaN) and
+    every value with its type (``True``, ``1`` and ``1.0`` differ). None when an attribute
+    cannot be a key (an array): the caller keys by the text."""
+    try:
+        key = (op.name, tuple((tuple(t.shape), t.dtype) for t in types),
+               tuple((k, _attr_key(v)) for k, v in attrs.items()))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _attr_key(value):
+    if isinstance(value, (list, tuple)):
+        return type(value), tuple(_attr_key(v) for v in value)
+    return type(value), repr(value) if isinstance(value, float) else value
 
 
 def _one_op_graph(op, types, attrs, out_types) -> Graph:
