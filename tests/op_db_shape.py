@@ -118,7 +118,13 @@ def _tri_errors(m):
     return [Err([m(3)], {}, ValueError, "1-d input")]
 
 
+def _detach_samples(m):
+    return [Sample([m(2, 3)], {}), Sample([m(3, 4, layout="t")], {}, "transposed"),
+            Sample([m()], {}, "0-d"), Sample([m(0, 3)], {}, "empty")]
+
+
 SHAPE = [
+    OpInfo("detach", _detach_samples, lambda x: x.detach(), ALL),
     OpInfo("reshape", _reshape_samples, lambda x, *, shape: x.reshape(shape), ALL,
            errors=lambda m: [Err([m(2, 3)], {"shape": (4, 2)}, ValueError, "size"),
                              Err([m(2, 3)], {"shape": (-1, 3)}, ValueError, "unresolved -1")]),

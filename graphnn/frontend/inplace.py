@@ -80,6 +80,8 @@ def _unview(parent, child_value, info: ViewInfo):
         return dispatch.apply1("slice_scatter", parent._alias(), child_value, **info.attrs)
     if info.op == "reshape":
         return dispatch.apply1("reshape", child_value, shape=tuple(parent.shape))
+    if info.op == "detach":  # the parent holds the written values, with no gradient path
+        return dispatch.apply1("detach", child_value)
     if info.op == "permute":
         inverse = tuple(int(i) for i in np.argsort(info.attrs["dims"]))
         return dispatch.apply1("permute", child_value, dims=inverse)

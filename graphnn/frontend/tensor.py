@@ -18,7 +18,7 @@ from .autograd import AccumulateGrad, VersionCounter
 from .device import CPU, device, resolve
 from .dispatch import apply1
 from .indexing import getitem, setitem
-from .inplace import TensorInplaceMixin, record_view, view_base
+from .inplace import TensorInplaceMixin, view_base
 from .tensor_math import TensorMathMixin
 from .tensor_shape import TensorShapeMixin
 
@@ -185,13 +185,13 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
         return t
 
     def detach(self) -> "Tensor":
-        """The same data (shared memory and version counter) outside the graph."""
+        """The same data (shared memory and version counter) outside the graph. Inside a
+        trace it is a ``detach`` node (no gradient flows through it), a view of the source
+        that sees its later writes."""
+        if trace_state.symbol_of(self) is not None:
+            return apply1("detach", self)
         t = Tensor._wrap(self._data)
         t._version_counter = self._version_counter
-        if trace_state.symbol_of(self) is not None:  # an alias that sees later writes
-            trace_state.share_symbol(self, t)
-            t._layout = trace_state.layout(self)
-            record_view(t, self, "reshape", {"shape": tuple(self.shape)})
         return t
 
     def detach_(self) -> "Tensor":

@@ -272,6 +272,8 @@ def view_layout(name: str, source, attrs: dict):
 def apply_view(name: str, src: np.ndarray, attrs: dict):
     """The layout view op ``name`` makes of the layout array ``src``, or None when it needs a
     copy (a reshape the strides do not allow)."""
+    if name == "detach":
+        return src
     if name == "slice":
         return src[tuple(slice(*b) for b in zip(attrs["starts"], attrs["stops"], attrs["steps"]))]
     if name == "permute":

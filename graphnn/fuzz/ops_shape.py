@@ -1,5 +1,6 @@
 """View and data-movement families: reshape, permute, slice, expand, cat/stack, chunk, basic and
-advanced indexing, gather, and in-place writes (also through views, with aliases read later).
+advanced indexing, gather, in-place writes (also through views, with aliases read later), and
+``detach`` (a value cut from the gradient, read later beside its source).
 
 Slicing and indexing never touch a ``"B"`` dim, so programs stay valid at every batch size.
 """
@@ -56,6 +57,23 @@ class Reshape(Family):
         if form in ("reshape", "view"):
             return [f"{lhs(stmt)} = {a}.{form}({dims_text(stmt.attrs['shape'])})"]
         return [f"{lhs(stmt)} = {a}.{form}({stmt.attrs['dim']})"]
+
+
+@register
+class Detach(Family):
+    """``a.detach()``: the same values with no gradient path; a program's gradients (checked
+    against PyTorch) then differ from those of ``a`` itself wherever the result is read."""
+    name, weight = "detach", 0.5
+
+    def propose(self, b):
+        a = b.pick(lambda t: True)
+        if a is None:
+            return False
+        b.emit(self.name, [a], {}, [b.types[a]])
+        return True
+
+    def render(self, stmt):
+        return [f"{lhs(stmt)} = {stmt.reads[0]}.detach()"]
 
 
 @register

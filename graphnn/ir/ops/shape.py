@@ -12,7 +12,7 @@ import numpy as np
 
 from ..dtypes import int64
 from ..errors import ShapeError
-from ..registry import Attr, OpDef, OpGroup, register, type_of_array
+from ..registry import Attr, NotDifferentiable, OpDef, OpGroup, register, type_of_array
 from ..types import TensorType
 from .shape_rules import checked_shape, fmt_shape, normalize_dim, promoted
 
@@ -38,6 +38,14 @@ _shape_op("reshape", _reshape_infer, lambda x, *, shape: np.reshape(x, shape),
           lambda b, ctx, g: [b.reshape(g, shape=ctx.input_types[0].shape)],
           {"shape": Attr("ints")}, view=True,
           doc="same elements in row-major order, new shape")
+
+
+_shape_op("detach", lambda types: types[0], lambda x: x.view(),
+          NotDifferentiable("detach: no gradient flows through a detached tensor"), {},
+          view=True,
+          decompose=lambda b, ctx: [b.reshape(ctx.input(0), shape=ctx.input_types[0].shape)],
+          doc="the same values, cut from the gradient (Tensor.detach inside a trace); after "
+              "autodiff it is a plain view, decomposed into a reshape to the same shape")
 
 
 def _permute_infer(types, *, dims):
