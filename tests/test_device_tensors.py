@@ -125,10 +125,19 @@ def test_copies_and_detach_stay_on_the_device():
     assert p.is_cuda and p.tolist() == [1.0, 1.0]
 
 
-def test_moving_a_tensor_that_requires_grad_is_refused_for_now():
-    w = graphnn.ones(2, requires_grad=True)
-    with pytest.raises(NotImplementedError, match="not differentiable yet"):
-        w.cuda()
+def test_moves_are_differentiable_as_torchs_to_copy():
+    w_np = RNG.standard_normal((2, 3)).astype(np.float32)
+    w = graphnn.tensor(w_np, requires_grad=True)
+    on_device = w.cuda()
+    assert on_device.is_cuda and on_device.requires_grad and not on_device.is_leaf
+    assert on_device.grad_fn.name() == "ToCopyBackward"
+    back = (on_device.tanh() * 3).cpu()
+    assert not back.is_cuda and back.requires_grad
+    (back.sum() + (on_device * on_device).sum().cpu()).backward()
+    assert not w.grad.is_cuda
+    tw = torch.tensor(w_np, requires_grad=True)
+    ((tw.tanh() * 3).sum() + (tw * tw).sum()).backward()
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-6)
     with graphnn.no_grad():
         assert w.cuda().is_cuda and not w.cuda().requires_grad
 

@@ -7,9 +7,8 @@ from the device array and downloads where Python reads values (``item``, ``tolis
 Host tensors keep their plain class, so nothing on the NumPy path checks a device: ``dispatch``
 asks only the class attribute ``_on_device`` before running an op.
 
-Moves (``to``, ``cuda``, ``cpu``) copy. They are not recorded by autograd yet: moving a tensor
-that requires grad while grad mode is on is refused (move it before setting ``requires_grad``,
-or under ``no_grad``). An op on a device runs through the device's runtime on the device arrays
+Moves (``to``, ``cuda``, ``cpu``) copy; a move of a tensor that requires grad is recorded on
+the tape (``ToCopyBackward``, whose backward moves the gradient back), as in PyTorch. An op on a device runs through the device's runtime on the device arrays
 (``run_op``); its results stay on the device. A 0-d CPU tensor (a Python scalar operand
 becomes one) may take part in an op on the device, as in PyTorch; any other mix of devices is a
 ``DeviceError`` naming the op and both devices. In-place writes into device tensors
@@ -22,7 +21,7 @@ import numpy as np
 
 from ..ir.dtypes import as_dtype
 from ..ir.errors import AutogradError, DTypeError, ShapeError, UnsupportedError
-from . import printing, trace_state
+from . import compiled_node, printing, trace_state
 from .device import CPU, DeviceError, RUNTIMES, runtime_of
 from .grad_mode import is_grad_enabled
 from .inplace import TensorInplaceMixin
@@ -186,15 +185,21 @@ def set_storage(t, array, where) -> None:
 
 def move(t, where):
     """``t`` on device ``where`` (a resolved device): ``t`` itself when it is there, else a
-    copy (see the module docstring for autograd)."""
-    from .tensor import Tensor
+    copy; a recorded one (``ToCopyBackward``: the gradient moves back) when ``t`` requires
+    grad and grad mode is on."""
     source = t.device
     if source == where:
         return t
+    out = _copy(t, source, where)
     if t.requires_grad and is_grad_enabled():
-        raise UnsupportedError(f"graphnn: moving a tensor that requires grad from {source} to "
-                               f"{where} is not differentiable yet; move it before setting "
-                               f"requires_grad, or under graphnn.no_grad()")
+        compiled_node.attach([out], [t], lambda grads: [
+            None if grads[0] is None else move(grads[0], source)], "ToCopyBackward")
+    return out
+
+
+def _copy(t, source, where):
+    """A copy of ``t``'s values on ``where``, outside the tape."""
+    from .tensor import Tensor
     if where == CPU:
         return Tensor._wrap(RUNTIMES[source.type].download(t._data))
     if source != CPU:
