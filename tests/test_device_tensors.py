@@ -152,6 +152,14 @@ def test_in_place_writes_into_device_tensors_are_refused_clearly_for_now():
     assert x.tolist() == [1.0, 1.0, 1.0]
 
 
+def test_bfloat16_on_cuda_is_refused_clearly_for_now():
+    for make in (lambda: graphnn.ones(2, dtype=graphnn.bfloat16).cuda(),
+                 lambda: graphnn.ones(2, device="cuda").bfloat16()):
+        with pytest.raises(NotImplementedError, match="bfloat16 tensors on cuda are not "
+                                                      "supported yet"):
+            make()
+
+
 # ---- printing -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("make, expected", [

@@ -23,6 +23,7 @@ import threading
 from ..codegen.triton import BACKEND
 from ..codegen.triton.device import DEVICE, interpreted
 from ..frontend.device import device, register_device_runner
+from ..ir.errors import UnsupportedError
 from ..ir.graph import Graph, flatten_structure, map_structure
 from ..ir.types import TensorType
 from ..runtime.artifact import CompiledArtifact
@@ -63,6 +64,8 @@ class TritonRuntime:
         return torch.cuda.device_count()
 
     def upload(self, host):
+        if host.dtype.name == "bfloat16":
+            raise _no_bfloat16("moving a tensor to cuda")
         return DEVICE.upload(host)
 
     def download(self, array):
@@ -77,6 +80,8 @@ class TritonRuntime:
 
     def run(self, op, arrays, attrs, out_types) -> list:
         """Registry op ``op`` on device arrays: its kernel's device results, in order."""
+        if any(t.dtype.name == "bfloat16" for t in out_types):
+            raise _no_bfloat16(op.name)
         artifact = self._artifact(op, [DEVICE.type_of(a) for a in arrays], attrs, out_types)
         inputs = [a.contiguous() for a in arrays]
         results = artifact.launch(inputs, {}, _to_host)
@@ -128,6 +133,11 @@ def _one_op_graph(op, types, attrs, out_types) -> Graph:
     node = graph.add_node(op.name, values, attrs, out_types)
     graph.outputs = tuple(node.outputs)
     return graph
+
+
+def _no_bfloat16(what: str) -> UnsupportedError:
+    return UnsupportedError(f"{what}: bfloat16 tensors on cuda are not supported yet (the Triton "
+                            f"device has no bfloat16 arrays yet); use float16 or float32 there")
 
 
 def _to_host(structure):
