@@ -352,3 +352,31 @@ def test_backward_on_cuda_gives_cuda_gradients_equal_to_the_cpu():
         np.testing.assert_allclose(got, cpu, rtol=1e-5, atol=1e-6)
         if expected is not None:
             np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+GRAD_CASES = {  # gradient rules that build zeros or constants of their own
+    "max_values": lambda lib, x: x.max(1).values.sum(),
+    "chunk": lambda lib, x: (x.chunk(2, 1)[0] * 3).sum(),
+    "unbind": lambda lib, x: x.unbind(0)[1].exp().sum(),
+    "split_slice": lambda lib, x: x.split(1)[0].sum() + x[1:, 1:3].pow(2).sum(),
+    "var_softmax": lambda lib, x: x.var(0).sum() + (x.softmax(1) * x).sum(),
+    "amax_where": lambda lib, x: lib.where(x > 0, x, x * 0.1).amax(1).sum(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GRAD_CASES))
+def test_gradient_rules_with_constants_of_their_own_stay_on_the_device(name):
+    x_np = RNG.standard_normal((3, 4)).astype(np.float32)
+    x = graphnn.tensor(x_np, device="cuda", requires_grad=True)
+    GRAD_CASES[name](graphnn, x).backward()
+    tx = torch.tensor(x_np, requires_grad=True)
+    GRAD_CASES[name](torch, tx).backward()
+    assert x.grad.is_cuda
+    np.testing.assert_allclose(x.grad.cpu().numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_users_cpu_zeros_still_do_not_join_a_cuda_op():
+    """Only a gradient rule's own constants are uploaded; the user's tensors keep PyTorch's
+    same-device rule."""
+    with pytest.raises(DeviceError):
+        graphnn.ones(2, device="cuda") + graphnn.zeros(2)

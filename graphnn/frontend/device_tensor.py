@@ -211,7 +211,8 @@ def _copy(t, source, where):
 
 def run_op(op, inputs, attrs, out_types) -> tuple:
     """Registry op ``op`` on ``inputs``, some on a device: run by that device's runtime on
-    the device arrays (0-d CPU operands uploaded); the results, on the device."""
+    the device arrays (0-d CPU operands and a gradient rule's constants uploaded); the
+    results, on the device."""
     where = None
     for t in inputs:
         if t._on_device:
@@ -224,7 +225,7 @@ def run_op(op, inputs, attrs, out_types) -> tuple:
     for t in inputs:
         if t._on_device:
             arrays.append(t._data)
-        elif t._data.ndim == 0:
+        elif t._data.ndim == 0 or t.__dict__.get("_rule_constant"):  # see dispatch.eager_emitter
             arrays.append(runtime.upload(t._data))
         else:
             raise _mixed(op.name, where, t.device)

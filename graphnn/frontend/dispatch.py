@@ -105,5 +105,23 @@ def apply1(name: str, *inputs, **attrs):
 
 
 def eager_emitter() -> EagerEmitter:
+    """The emitter gradient rules run on in eager backward. What a rule makes from nothing
+    (``zeros``, constants) and what it computes from only those is marked ``_rule_constant``:
+    such a host tensor is uploaded when it meets a device tensor (``device_tensor.run_op``),
+    since a rule's constants belong on the device its gradients are on."""
     from .tensor import Tensor
-    return EagerEmitter(apply_op, Tensor._wrap)
+    return EagerEmitter(_apply_in_rule, lambda array: _rule_constant(Tensor._wrap(array)))
+
+
+def _apply_in_rule(name: str, inputs, attrs) -> tuple:
+    outs = apply_op(name, inputs, attrs)
+    if all(t.__dict__.get("_rule_constant") for t in inputs):  # also: no inputs
+        for out in outs:
+            _rule_constant(out)
+    return outs
+
+
+def _rule_constant(t):
+    if not t._on_device:
+        t._rule_constant = True
+    return t
