@@ -8,8 +8,9 @@ Host tensors keep their plain class, so nothing on the NumPy path checks a devic
 asks only the class attribute ``_on_device`` before running an op.
 
 Moves (``to``, ``cuda``, ``cpu``) copy; a move of a tensor that requires grad is recorded on
-the tape (``ToCopyBackward``, whose backward moves the gradient back), as in PyTorch. An op on a device runs through the device's runtime on the device arrays
-(``run_op``); its results stay on the device. A 0-d CPU tensor (a Python scalar operand
+the tape (``ToCopyBackward``, whose backward moves the gradient back), as in PyTorch. An op on
+a device runs through the device's runtime on the device arrays (``run_op``); its results stay
+on the device. A 0-d CPU tensor (a Python scalar operand
 becomes one) may take part in an op on the device, as in PyTorch; any other mix of devices is a
 ``DeviceError`` naming the op and both devices. In-place writes into device tensors
 (``add_``, ``x += y``, ``x[i] = v``...) are refused by name for now: ``inplace.py`` writes with
