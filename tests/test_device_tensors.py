@@ -95,6 +95,14 @@ def test_moves_round_trip_bit_exact(array):
         assert on_device.to("cuda") is on_device and back.cpu() is back
 
 
+def test_get_device_and_tensor_of_a_device_tensor_as_torch():
+    x = graphnn.ones(2, device="cuda")
+    assert x.get_device() == 0 and graphnn.ones(2).get_device() == torch.ones(2).get_device()
+    copied = graphnn.tensor(x)
+    assert copied.is_cuda and copied.tolist() == [1.0, 1.0]
+    assert not graphnn.tensor(x, device="cpu").is_cuda
+
+
 def test_to_with_dtype_or_another_tensor_moves_and_casts():
     host = graphnn.tensor([1.5, -2.25])
     a = host.to("cuda", graphnn.float64)

@@ -89,7 +89,10 @@ def _placed(t, device, requires_grad):
 
 
 def tensor(data, dtype=None, device=None, requires_grad=False):
-    """A new tensor holding a copy of ``data``."""
+    """A new tensor holding a copy of ``data`` (on ``data``'s device when it is a tensor and
+    ``device`` is not given, as in PyTorch)."""
+    if device is None and getattr(data, "_on_device", False):
+        device = data.device
     return _wrap(as_array(data, dtype), requires_grad, device)
 
 

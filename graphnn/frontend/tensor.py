@@ -123,6 +123,10 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
     def is_cuda(self) -> bool:
         return False
 
+    def get_device(self) -> int:
+        """The device index: -1 on the CPU, as in PyTorch."""
+        return -1 if self.device.type == "cpu" else self.device.index
+
     @property
     def is_leaf(self) -> bool:
         return self.grad_fn is None
