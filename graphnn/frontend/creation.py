@@ -142,8 +142,10 @@ def empty(*size, dtype=None, device=None, requires_grad=False):
 
 def _like(fn, t, dtype, device, requires_grad, *args):
     """``fn`` for ``t``'s shape, with ``t``'s dtype and device unless given (as PyTorch)."""
-    return fn(tuple(t.shape), *args, dtype=t.dtype if dtype is None else dtype,
-              device=t.device if device is None else device, requires_grad=requires_grad)
+    if device is None and t._on_device:
+        device = t.device
+    return fn(tuple(t.shape), *args, dtype=t.dtype if dtype is None else dtype, device=device,
+              requires_grad=requires_grad)
 
 
 def zeros_like(t, *, dtype=None, device=None, requires_grad=False):
@@ -220,5 +222,4 @@ def randn_like(t, *, dtype=None, device=None, requires_grad=False):
 def randint_like(t, low, high=None, *, dtype=None, device=None):
     if high is None:
         low, high = 0, low
-    return randint(low, high, tuple(t.shape), dtype=t.dtype if dtype is None else dtype,
-                   device=t.device if device is None else device)
+    return _like(lambda s, **k: randint(low, high, s, **k), t, dtype, device, False)
