@@ -60,7 +60,7 @@ def _matmul_epilogue_samples(m):
 
 
 def _epilogue(anchor):
-    def ref(p, q, *rest, bias, residual, activation, **geo):
+    def ref(p, q, *rest, bias, residual, activation, layout="", **geo):
         rest = list(rest)
         b = rest.pop(0) if bias else None
         r = rest.pop(0) if residual else None

@@ -70,7 +70,7 @@ def _weight_grad_samples(m):
             for x, w, _, a, d in _conv_cases(m)]
 
 
-def _conv2d_ref(x, w, b=None, **geo):
+def _conv2d_ref(x, w, b=None, layout="", **geo):  # layout: a backend's choice, no torch twin
     return F.conv2d(x, w, b, **geo)
 
 
