@@ -41,7 +41,7 @@ def _core_only(name: str, base: str):
 
 
 REFERENCE = "reference"  # the IR interpreter as a backend: what the others are compared with
-BACKENDS = ["numpy", _core_only("numpy-core", "numpy"), "triton"]  # add a new backend's name here
+BACKENDS = ["numpy", _core_only("numpy-core", "numpy")]  # add a new backend's name here
 WITH_REFERENCE = [REFERENCE] + BACKENDS  # the reference too, where checking it against eager
                                         # execution is a sanity check of the compile pipeline
 

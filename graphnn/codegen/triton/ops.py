@@ -113,9 +113,9 @@ def _gelu(node, args, em):
         raise Unlowered("gelu on integers")
     x = em.tmp(_operands(node, args, em, out)[0])
     if node.attrs.get("approximate", "none") == "tanh":
-        inner = em.tmp(f"0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})")
+        inner = em.tmp(f"0.7978845608028654 * ({x} + 0.044715 * ({x} * {x} * {x}))")
         return f"0.5 * {x} * (1.0 + {em.tmp(_tanh(inner, out, em))})"
-    return f"0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476))"
+    return f"0.5 * {x} * (1.0 + tl.erf({x} / 1.4142135623730951))"  # as the reference rounds
 
 
 def _extremum(fn):
