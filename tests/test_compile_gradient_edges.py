@@ -142,3 +142,61 @@ def test_a_value_returned_twice_gets_both_gradients():
     y = twin(x)
     (y.sum() + 2 * y.sum()).backward()
     np.testing.assert_allclose(layer.weight.grad.numpy(), twin.weight.grad.numpy(), rtol=1e-6)
+
+
+class _Structured(nn.Module):
+    """A classifier returning its logits and loss in the structure ``form`` names, with
+    outputs that do not require grad beside them (class indices; detached logits)."""
+
+    def __init__(self, form):
+        super().__init__()
+        self.fc, self.form = nn.Linear(3, 4), form
+
+    def forward(self, x, y):
+        logits = self.fc(x)
+        loss = nn.functional.cross_entropy(logits, y)
+        if self.form == "tuple":
+            return logits, loss
+        if self.form == "dict":
+            return {"logits": logits, "loss": loss, "pred": logits.argmax(-1)}
+        if self.form == "nested":
+            return {"out": (logits, {"loss": loss}), "frozen": logits.detach()}
+        return [loss, logits.argmax(-1)]  # "list": the scalar loss first
+
+
+def _loss_of(form, out):
+    return {"tuple": lambda o: o[1], "dict": lambda o: o["loss"],
+            "nested": lambda o: o["out"][1]["loss"], "list": lambda o: o[0]}[form](out)
+
+
+@pytest.mark.parametrize("form", ["tuple", "dict", "nested", "list"])
+def test_loss_backward_through_every_output_structure(form):
+    """``model.compile()`` then ``loss.backward()`` on a scalar loss returned among other
+    outputs (nanoGPT's and Hugging Face's form): eager's structure, values and gradients, for
+    three optimizer steps; outputs that need no grad come back without one."""
+    graphnn.manual_seed(0)
+    eager = _Structured(form)
+    model = copy.deepcopy(eager)
+    model.compile()
+    opts = [graphnn.optim.AdamW(m.parameters(), lr=1e-2) for m in (model, eager)]
+    x, y = graphnn.randn(5, 3), graphnn.randint(0, 4, (5,))
+    for _ in range(3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = model(x, y)
+        expected = eager(x, y)
+        assert type(got) is type(expected)
+        for m, out, opt in ((model, got, opts[0]), (eager, expected, opts[1])):
+            opt.zero_grad()
+            _loss_of(form, out).backward()
+            opt.step()
+        np.testing.assert_allclose(_loss_of(form, got).item(), _loss_of(form, expected).item(),
+                                   rtol=1e-6)
+        for p, q in zip(model.parameters(), eager.parameters()):
+            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-7)
+            np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5,
+                                       atol=1e-7)
+    if form == "dict":
+        assert not got["pred"].requires_grad and got["logits"].requires_grad
+    if form == "nested":
+        assert not got["frozen"].requires_grad

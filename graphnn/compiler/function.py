@@ -59,6 +59,7 @@ from ..frontend.grad_mode import is_grad_enabled
 from ..frontend.random import get_rng_state, set_rng_state
 from ..frontend.tensor import Tensor
 from ..ir.graph import flatten_structure
+from ..ir.registry import get_op
 from ..nn import hooks as H
 from ..nn.call import root_forward
 from ..nn.module import Module
@@ -413,15 +414,15 @@ class CompiledFunction:
                 def make(artifacts, random_):
                     return Entry(artifacts, launcher, random_, slots=changes)
             else:
-                wrt_params, wrt_inputs = (_differentiated(sig, graph, tensors)
-                                          if sig.needs_grad else ([], []))
-                if not (wrt_params or wrt_inputs):  # eager gives the result no grad_fn
+                wrt_params, wrt_inputs, targets = (_differentiated(sig, graph, tensors)
+                                                   if sig.needs_grad else ([], [], []))
+                if not targets:  # eager gives no result a grad_fn
                     built = stages.build(graph, "inference", *options)
 
                     def make(artifacts, random_):
                         return Entry(artifacts, launcher, random_)
                 else:
-                    built = stages.build(graph, "training", *options,
+                    built = stages.build(graph, "training", *options, targets=targets,
                                          wrt=wrt_params + [n for n, _ in wrt_inputs])
 
                     def make(artifacts, random_):
@@ -495,21 +496,32 @@ def _changes_state_layout(changes, sig) -> bool:
 
 
 def _differentiated(sig, graph, tensors):
-    """(the parameters, the (input name, position) pairs) to differentiate: those requiring
-    grad that a floating output depends on through floating values, so an unused parameter's
-    ``.grad`` stays None, as does one read only by a comparison. Both empty (no floating
-    output, or none depending on them): the call compiles for inference."""
+    """(the parameters, the (input name, position) pairs, the flat result positions) to
+    differentiate: the parameters and inputs requiring grad that a floating result depends on
+    through floating values of differentiable ops, and the floating results that depend on
+    one of them so, as eager autograd sees them: an unused parameter's ``.grad`` stays None,
+    as does one read only by a comparison or through ``detach``, and a detached result has no
+    grad_fn. All empty: the call compiles for inference."""
     state = dict(sig.state)
+    requiring = {v.name for v in graph.params if v.kind == "param" and state.get(v.name)
+                 and state[v.name].requires_grad}
+    requiring |= {v.name for v, t in zip(graph.inputs, tensors) if t.requires_grad}
+    carries = set(requiring)  # values with a gradient path to something requiring grad
+    for node in graph.nodes:
+        if get_op(node.op).differentiable and any(v.name in carries for v in node.inputs):
+            carries |= {v.name for v in node.outputs if v.type.dtype.is_floating_point}
     flat = flatten_structure(graph.output("result"))
-    reached = {v.name for v in flat if v is not None and v.type.dtype.is_floating_point}
-    for node in reversed(graph.nodes):  # gradients flow through floating values only
-        if any(v.name in reached and v.type.dtype.is_floating_point for v in node.outputs):
+    targets = [i for i, v in enumerate(flat) if v is not None and v.name in carries
+               and v.type.dtype.is_floating_point]
+    reached = {flat[i].name for i in targets}
+    for node in reversed(graph.nodes):  # gradients flow back through differentiable ops
+        if get_op(node.op).differentiable and any(v.name in reached for v in node.outputs
+                                                  if v.type.dtype.is_floating_point):
             reached |= {v.name for v in node.inputs}
-    wrt_params = [v.name for v in graph.params if v.kind == "param" and v.name in reached
-                  and state.get(v.name) and state[v.name].requires_grad]
+    wrt_params = [v.name for v in graph.params if v.name in requiring and v.name in reached]
     wrt_inputs = [(v.name, i) for i, (v, t) in enumerate(zip(graph.inputs, tensors))
                   if t.requires_grad and v.name in reached]
-    return wrt_params, wrt_inputs
+    return wrt_params, wrt_inputs, targets if (wrt_params or wrt_inputs) else []
 
 
 def compile(fn_or_module, backend="numpy", passes=None, disable=None, dynamic=False,
