@@ -248,7 +248,8 @@ def test_mlp_forward_matches_torch():
     l1, l2 = model[0], model[2]
     h = torch.relu(torch.from_numpy(x) @ torch.from_numpy(l1.weight.detach().numpy()).T
                    + torch.from_numpy(l1.bias.detach().numpy()))
-    expected = h @ torch.from_numpy(l2.weight.detach().numpy()).T + torch.from_numpy(l2.bias.detach().numpy())
+    expected = h @ torch.from_numpy(l2.weight.detach().numpy()).T \
+        + torch.from_numpy(l2.bias.detach().numpy())
     np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-5)
 
 

@@ -202,7 +202,7 @@ def generate(schedule, plan=None, kernel_id=None, blocks=DEFAULT_BLOCKS,
     lines += m.header
     for fn in m.functions:
         lines += ["", "", fn]
-    lines += ["", "", "# each jit function's argument types and block sizes (ahead-of-time compilation)",
+    lines += ["", "", "# argument types and block sizes of each jit function (for triton.compile)",
               f"SIGNATURES = {m.signatures!r}"]
     lines += ["", "", "def kernel(inputs, params, buffers):"]
     lines += ["    " + line for line in m.body]

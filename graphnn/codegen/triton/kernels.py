@@ -37,8 +37,9 @@ PIVOTS = frozenset({"sum", "mean", "amax", "amin", "var", "std", "softmax", "log
 
 @dataclass(frozen=True)
 class Blocks:
-    """Block size limits: ``pointwise`` elements per program, ``row`` the widest persistent
-    row (and the column block of a looped one), ``tile`` the elements of a reduction block."""
+    """Block size limits: ``pointwise`` elements per program; ``row`` the widest row a
+    reduction keeps in one block (persistent); ``loop`` the column block of a looped one;
+    ``tile`` the elements of a reduction block (rows times columns)."""
 
     pointwise: int = 1024
     row: int = 4096
@@ -276,6 +277,7 @@ class _Reduction:
         self.spaces = self._spaces()
         self.row_vars: dict = {}
         self.full_vars: dict = {}
+        self.columns_open = False  # persistent: the one column block is loaded
 
     # -- where each value lives
     def _fits_rows(self, shape) -> bool:
@@ -318,17 +320,21 @@ class _Reduction:
         return spaces
 
     # -- values
-    def _strides(self, v, space):
+    def strides(self, v, space):
+        """``v``'s stride along each dim of ``shape`` when read per element (FULL) or per row
+        (ROW, through the pivot's result shape); None when it does not broadcast there."""
         if space == ROW:
             return aligned_strides(v.type.shape, self.row_target, self.row_dims, len(self.shape))
         return aligned_strides(v.type.shape, self.shape, list(range(len(self.shape))),
                                len(self.shape))
 
-    def _row_offset(self, strides) -> str:
+    def row_offset(self, strides) -> str:
+        """The ``[BLOCK_R]`` offsets of a value with ``strides`` (kept dims only)."""
         return _offset(strides, "rows", "r", self.kept, self.shape)
 
-    def _full_offset(self, strides) -> str:
-        row = self._row_offset(strides)
+    def full_offset(self, strides) -> str:
+        """The ``[BLOCK_R, BLOCK_C]`` offsets of a value with ``strides``."""
+        row = self.row_offset(strides)
         col = _offset(strides, "cols", "c", self.reduced, self.shape)
         return f"({row})[:, None] + ({col})[None, :]"
 
@@ -337,23 +343,25 @@ class _Reduction:
         inside = self.spaces.get(v.name)
         if space == ROW or (inside is not None and FULL not in inside):
             if v.name not in self.row_vars:
-                strides = self._strides(v, ROW)
+                strides = self.strides(v, ROW)
                 if strides is None or inside is not None:
                     raise Unlowered(f"%{v.name} is not available per row")
                 self.row_vars[v.name] = self.body.load(
-                    f"in{self.unit.read_index(v)}", self._row_offset(strides), "rmask",
+                    f"in{self.unit.read_index(v)}", self.row_offset(strides), "rmask",
                     v.type.dtype)
             var = self.row_vars[v.name]
             return var if space == ROW else f"{var}[:, None]"
         if v.name not in self.full_vars:
-            strides = self._strides(v, FULL)
+            strides = self.strides(v, FULL)
             if strides is None or inside is not None:
                 raise Unlowered(f"%{v.name} does not broadcast to {self.shape}")
             self.full_vars[v.name] = self.body.load(
-                f"in{self.unit.read_index(v)}", self._full_offset(strides), "mask", v.type.dtype)
+                f"in{self.unit.read_index(v)}", self.full_offset(strides), "mask", v.type.dtype)
         return self.full_vars[v.name]
 
     def compute_nodes(self, space, dependent) -> None:
+        """Emit the nodes (pivot excluded) computed in ``space`` that do (or do not) depend on
+        the pivot, in node order."""
         for node in self.unit.nodes:
             name = node.outputs[0].name
             if node is self.pivot or space not in self.spaces[name] \
@@ -377,9 +385,11 @@ class _Reduction:
         body.emit(f"mask = rmask[:, None] & (cols < {self.cols})[None, :]")
         _indices(body, "cols", "c", self.reduced, self.shape)
         self.full_vars = {}
+        self.columns_open = True
         self.compute_nodes(FULL, False)
 
     def pivot_input(self) -> str:
+        """The pivot's input block in the accumulation dtype."""
         src = compute(self.pivot.inputs[0].type.dtype)
         x = self.value(self.pivot.inputs[0], FULL)
         return self.body.tmp(self.body.cast(x, src, self.acc_type))
@@ -388,7 +398,7 @@ class _Reduction:
         """One pass over the columns computing ``accs`` (per-row variables named by each)."""
         body = self.body
         if self.persistent:
-            if not self.full_vars:
+            if not self.columns_open:
                 self.open_columns()
             v = self.pivot_input()
             for acc in accs:
@@ -409,7 +419,8 @@ class _Reduction:
             body.emit(f"{acc.name} = tl.{acc.kind}({acc.name}_acc, axis=1)")
 
 
-def _sum(v):
+def _masked(v):
+    """A sum's contribution: ``v`` where the block is inside the tensor, else 0."""
     return f"tl.where(mask, {v}, 0)"
 
 
@@ -419,7 +430,7 @@ def _pivot_result(r: _Reduction) -> str | None:
     op, cols = r.pivot.op, float(r.cols)
     is_float = r.acc_type in ("tl.float32", "tl.float64")
     if op in ("sum", "mean"):
-        r.reduce([_Acc("red_s", _sum, "sum", "0")])
+        r.reduce([_Acc("red_s", _masked, "sum", "0")])
         return "red_s" if op == "sum" else f"red_s / {cols!r}"
     if op in ("amax", "amin"):
         kind = "max" if op == "amax" else "min"
@@ -438,9 +449,9 @@ def _pivot_result(r: _Reduction) -> str | None:
     if op in ("var", "std"):
         if not is_float:
             raise Unlowered(f"{op} of integers")
-        r.reduce([_Acc("red_s", _sum, "sum", "0")])
+        r.reduce([_Acc("red_s", _masked, "sum", "0")])
         r.body.emit(f"red_mean = red_s / {cols!r}")
-        r.reduce([_Acc("red_q", lambda v: _sum(f"({v} - red_mean[:, None]) * "
+        r.reduce([_Acc("red_q", lambda v: _masked(f"({v} - red_mean[:, None]) * "
                                                f"({v} - red_mean[:, None])"), "sum", "0")])
         denominator = float(max(r.cols - r.pivot.attrs.get("correction", 1), 0))
         var = f"red_q / {denominator!r}"
@@ -450,7 +461,7 @@ def _pivot_result(r: _Reduction) -> str | None:
             raise Unlowered(f"{op} of integers")
         r.reduce([_Acc("red_m", lambda v: f'tl.where(mask, {v}, -float("inf"))', "max",
                        '-float("inf")')])
-        r.reduce([_Acc("red_s", lambda v: _sum(f"tl.exp({v} - red_m[:, None])"), "sum", "0")])
+        r.reduce([_Acc("red_s", lambda v: _masked(f"tl.exp({v} - red_m[:, None])"), "sum", "0")])
         return None
     raise Unlowered(f"reduction {op}")
 
@@ -481,7 +492,7 @@ def reduction(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch
     full_writes = [v for v in unit.writes if FULL in r.spaces[v.name]]
     for k, v in enumerate(unit.writes):
         if FULL not in r.spaces[v.name]:
-            body.store(f"out{k}", r._row_offset(r._strides(v, ROW)), r.row_vars[v.name],
+            body.store(f"out{k}", r.row_offset(r.strides(v, ROW)), r.row_vars[v.name],
                        "rmask", v.type.dtype)
     if full_writes:
         if not r.persistent:
@@ -491,7 +502,7 @@ def reduction(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch
         r.compute_nodes(FULL, True)
         for k, v in enumerate(unit.writes):
             if FULL in r.spaces[v.name]:
-                body.store(f"out{k}", r._full_offset(r._strides(v, FULL)),
+                body.store(f"out{k}", r.full_offset(r.strides(v, FULL)),
                            r.value(v, FULL), "mask", v.type.dtype)
     return _launch(name, unit, body, -(-r.rows // r.block_r),
                    {"BLOCK_R": r.block_r, "BLOCK_C": r.block_c})

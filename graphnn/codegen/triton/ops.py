@@ -38,10 +38,6 @@ def compute(dtype: DType) -> str:
     return FLOAT_COMPUTE.get(dtype.name) or INT_COMPUTE[dtype.name]
 
 
-def is_float(dtype: DType) -> bool:
-    return dtype.name in FLOAT_COMPUTE
-
-
 def number(value) -> str:
     """A Python number as Triton source (``float("inf")`` for infinities)."""
     if isinstance(value, bool):
