@@ -26,7 +26,8 @@ the whole function becomes one kernel (``step``): a compiled training step.
 Falls back to eager, with a warning that says why, when: compiling fails (trace refused, an op
 without a lowering...), the signature count passes ``recompile_limit``, a module has hooks
 (hooks of the compiled module itself run around the compiled forward as usual), the forward
-assigns module attributes, or runs an op with a random seed inside (attention dropout).
+assigns module attributes, runs an op with a random seed inside (attention dropout), or is
+called with device (cuda) tensors (compiled code takes host tensors only, for now).
 Random values made by creation ops (``rand``, as dropout uses) become graph inputs drawn per
 call with fresh seeds, in the order eager draws them. Several differentiable outputs
 (attention's output and weights) are differentiated together as a vector-Jacobian product. A
@@ -267,6 +268,12 @@ class CompiledFunction:
                             f"(hooks are not traced into compiled code)")
             return self._eager(*args, **kwargs)
         tensors, static = _flatten_call(self._signature, args, kwargs)
+        if any(t._on_device for t in tensors) or \
+                any(t._on_device for _, t, _ in call.bindings):
+            self._warn_once("device", f"graphnn: {self.name} runs eagerly: compiled code does "
+                            f"not take device (cuda) tensors yet; eager ops on them run as "
+                            f"single-op Triton kernels")
+            return self._eager(*args, **kwargs)
         sig, state = self._signature_of(call, tensors, static)
         entry = self._entries.get(sig)
         if entry is _STATIC or (isinstance(entry, EveryBatch) and
