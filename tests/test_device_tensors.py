@@ -390,3 +390,36 @@ def test_a_users_cpu_zeros_still_do_not_join_a_cuda_op():
     same-device rule."""
     with pytest.raises(DeviceError):
         graphnn.ones(2, device="cuda") + graphnn.zeros(2)
+
+
+# ---- indexing with index tensors ----------------------------------------------------------------
+
+INDEXING = {  # name -> (index of lib, the tensor's device)
+    "bool_mask": lambda lib, d: lib.tensor(A, device=d) > 0,
+    "row_mask": lambda lib, d: lib.tensor([True, False, True], device=d),
+    "int_index": lambda lib, d: lib.tensor([2, 0, 2], device=d),
+    "int_pair": lambda lib, d: (lib.tensor([0, 2], device=d), lib.tensor([4, 1], device=d)),
+    "slice_then_index": lambda lib, d: (slice(1, None), lib.tensor([[3], [0]], device=d)),
+    "zero_dim": lambda lib, d: lib.tensor(1, device=d),
+}
+
+
+@pytest.mark.parametrize("index_on", ["cuda", "cpu"])
+@pytest.mark.parametrize("name", sorted(INDEXING))
+def test_index_tensors_on_either_device_index_a_cuda_tensor_as_torch(name, index_on):
+    got = _cuda(A)[INDEXING[name](graphnn, index_on)]
+    assert got.is_cuda
+    expected = torch.from_numpy(A)[INDEXING[name](torch, "cpu")]
+    np.testing.assert_array_equal(got.cpu().numpy(), expected.numpy())
+
+
+def test_a_cpu_tensor_refuses_cuda_index_tensors_as_torch_but_0_dim_ones():
+    host = graphnn.from_numpy(A.copy())
+    for index in (host.cuda() > 0, graphnn.tensor([2, 0], device="cuda")):
+        for use in (lambda: host[index], lambda: host.__setitem__(index, 1.0),
+                    lambda: host.index_put_((index,), graphnn.tensor(1.0))):
+            with pytest.raises(DeviceError, match="indices should be either on cpu or on the "
+                                                  "same device as the indexed tensor"):
+                use()
+    np.testing.assert_array_equal(host.numpy(), A)
+    np.testing.assert_array_equal(host[graphnn.tensor(1, device="cuda")].numpy(), A[1])

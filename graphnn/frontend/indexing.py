@@ -6,7 +6,9 @@ ints and slices, one ``reshape`` that drops int-indexed dims and inserts None di
 ``index`` for the index tensors. As in PyTorch, ints (and 0-d integer tensors) are basic
 indexing: they select before the advanced indices are placed, so ``x[0, :, idx]`` indexes
 the view ``x[0]`` and the index dims stay in place. A bool mask of k dims stands for its k
-``nonzero`` index tensors. Assignment runs the same plan functionally (``index_put`` and
+``nonzero`` index tensors. Index tensors of a device tensor may be on its device or on the
+CPU (as in PyTorch): device ones are read through a download, and the planned index tensors
+are uploaded; a CPU tensor takes only CPU index tensors (or 0-d ones, which are numbers). Assignment runs the same plan functionally (``index_put`` and
 ``slice_scatter``) and writes the result in place, so it is recorded like any other op.
 While tracing, an integer index tensor with unknown values (symbolic, a parameter or buffer)
 stays a tensor, an input of the ``index`` op; a bool mask with unknown values cannot be traced
@@ -22,6 +24,7 @@ from ..ir.errors import DTypeError, IndexError_, ShapeError
 from ..ir.ops.shape_rules import fmt_shape
 from ..ir.registry import get_op
 from ..ir.types import TensorType
+from .device import DeviceError
 from .dispatch import apply1
 from .inplace import overwrite, run_inplace
 from .trace_state import is_symbolic, readable_data
@@ -83,8 +86,8 @@ def _symbolic_index(k):
 def _as_index_array(k) -> np.ndarray:
     """A list, ndarray or tensor used as an index, as an integer or bool ndarray."""
     from .tensor import Tensor
-    if isinstance(k, Tensor):
-        arr = readable_data(k, "indexing with a tensor")
+    if isinstance(k, Tensor):  # a device index is read through a download, as PyTorch does
+        arr = readable_data(k.cpu() if k._on_device else k, "indexing with a tensor")
     else:
         try:
             arr = np.asarray(k)
@@ -211,11 +214,28 @@ def _view(x, plan: IndexPlan):
     return apply1("reshape", x, shape=tuple(plan.view_shape))
 
 
+def _check_devices(x, key) -> None:
+    """PyTorch's rule: a CPU tensor takes no index tensor from a device but a 0-d one."""
+    if x._on_device:
+        return
+    for k in key if isinstance(key, (tuple, list)) else (key,):
+        if getattr(k, "_on_device", False) and k.ndim:
+            raise DeviceError(f"index: indices should be either on cpu or on the same device as "
+                              f"the indexed tensor (cpu), got an index on {k.device}")
+
+
+def _on_device_of(x, indices) -> list:
+    """The index tensors (made on the host from the key) on ``x``'s device."""
+    return [i.to(x.device) for i in indices] if x._on_device else indices
+
+
 def getitem(x, key):
+    _check_devices(x, key)
     plan = plan_index(tuple(x.shape), key)
     view = _view(x, plan)
     if plan.tensors:
-        return apply1("index", view, *plan.tensors, dims=tuple(plan.tensor_dims))
+        return apply1("index", view, *_on_device_of(x, plan.tensors),
+                      dims=tuple(plan.tensor_dims))
     return view
 
 
@@ -244,15 +264,19 @@ def _fit_value(value, shape):
 def setitem(x, key, value):
     """Write ``value`` (broadcast) at ``key``; recorded functionally when gradients flow."""
     from .tensor_math import as_operand
+    _check_devices(x, key)
     value = as_operand(value, x)
     plan = plan_index(tuple(x.shape), key)
+    indices = _on_device_of(x, plan.tensors)
+    if not indices or value.ndim == 0:  # a copy into a region, or a 0-d value: PyTorch takes
+        value = value.to(x.device)     # these from another device
 
     def compute(base):
         v = value.to(base.dtype)
         view = _view(base, plan)
         if plan.tensors:
             target = _indexed_shape(view, plan)
-            new_view = apply1("index_put", view, _fit_value(v, target), *plan.tensors,
+            new_view = apply1("index_put", view, _fit_value(v, target), *indices,
                               dims=tuple(plan.tensor_dims), accumulate=False)
         else:
             new_view = _fit_value(v, plan.view_shape)
@@ -267,8 +291,9 @@ def index_put(x, indices, values, accumulate=False):
     """``x`` with ``values`` written (or added) at the integer index tensors ``indices``, one
     per leading dim (``Tensor.index_put``)."""
     from .tensor_math import as_operand
-    indices = [_symbolic_index(i) if is_symbolic(i) else _wrap_index(_as_index_array(i))
-               for i in indices]
+    _check_devices(x, indices)
+    indices = _on_device_of(x, [_symbolic_index(i) if is_symbolic(i) else
+                                _wrap_index(_as_index_array(i)) for i in indices])
     values = as_operand(values, x).to(x.dtype)
     return apply1("index_put", x, values, *indices, dims=tuple(range(len(indices))),
                   accumulate=accumulate)
