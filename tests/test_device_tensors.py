@@ -152,16 +152,6 @@ def test_moves_are_differentiable_as_torchs_to_copy():
         assert w.cuda().is_cuda and not w.cuda().requires_grad
 
 
-def test_in_place_writes_into_device_tensors_are_refused_clearly_for_now():
-    x = graphnn.ones(3, device="cuda")
-    for write in (lambda: x.add_(1), lambda: x.zero_(), lambda: x.__iadd__(1),
-                  lambda: x.__setitem__(0, 2.0), lambda: x.copy_(graphnn.ones(3))):
-        with pytest.raises(NotImplementedError, match="in-place writes into cuda:0 tensors are "
-                                                      "not supported yet"):
-            write()
-    assert x.tolist() == [1.0, 1.0, 1.0]
-
-
 def test_bfloat16_on_cuda_is_refused_clearly_for_now():
     for make in (lambda: graphnn.ones(2, dtype=graphnn.bfloat16).cuda(),
                  lambda: graphnn.ones(2, device="cuda").bfloat16()):
@@ -390,6 +380,96 @@ def test_a_users_cpu_zeros_still_do_not_join_a_cuda_op():
     same-device rule."""
     with pytest.raises(DeviceError):
         graphnn.ones(2, device="cuda") + graphnn.zeros(2)
+
+
+# ---- in-place writes ---------------------------------------------------------------------------
+
+def _set(x, key, value):
+    x[key] = value
+    return x
+
+
+INPLACE = {  # name -> write into x (and the other float tensor b), same for graphnn and torch
+    "add_sub_alpha": lambda x, b: x.add_(b, alpha=2).sub_(1.5),
+    "augmented": lambda x, b: x.__iadd__(b).__imul__(3).__itruediv__(2),
+    "unary": lambda x, b: x.abs_().sqrt_().neg_().exp_(),
+    "clamp_lerp": lambda x, b: x.clamp_(-0.5, 0.5).lerp_(b, 0.25),
+    "addcmul_addcdiv": lambda x, b: x.addcmul_(b, b, value=0.5).addcdiv_(x, b.abs() + 1),
+    "fill_zero": lambda x, b: x.fill_(2.5).mul_(b).zero_(),
+    "copy_from_the_cpu": lambda x, b: x.copy_(x.cpu() * 2 if x.is_cuda else x * 2),
+    "masked_fill": lambda x, b: x.masked_fill_(b > 0, -1.0),
+    "setitem_basic": lambda x, b: _set(x, (slice(None), 1), 9.0),
+    "setitem_row_from_the_cpu": lambda x, b: _set(x, 0, b[1].cpu()),
+    "index_put_accumulate": lambda x, b: x.index_put_(((b[:, 0] * 0).long(),), b,
+                                                      accumulate=True),
+    "setitem_index_mask": lambda x, b: _set(_set(x, [2, 0], 4.0), b < 0, b.abs()[b < 0]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INPLACE))
+def test_in_place_writes_on_cuda_equal_the_cpu_and_torch(name):
+    results = {}
+    for where in ("cuda", "cpu"):
+        x, b = graphnn.tensor(A, device=where), graphnn.tensor(B, device=where)
+        version = x._version
+        out = INPLACE[name](x, b)
+        assert out is x and x.is_cuda == (where == "cuda") and x._version > version
+        results[where] = x.cpu().numpy()
+    tx = torch.from_numpy(A.copy())
+    INPLACE[name](tx, torch.from_numpy(B))
+    np.testing.assert_allclose(results["cuda"], results["cpu"], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(results["cuda"], tx.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_recorded_in_place_write_on_cuda_differentiates_as_torch():
+    grads = []
+    for lib, make in ((graphnn, lambda a: graphnn.tensor(a, device="cuda", requires_grad=True)),
+                      (torch, lambda a: torch.tensor(a, requires_grad=True))):
+        w = make(A)
+        h = w * 2
+        h.mul_(w).add_(1)
+        h[0] = 0.0
+        h.sum().backward()
+        grads.append(w.grad.cpu().numpy())
+    assert graphnn.tensor(A, device="cuda").add_(1).is_cuda
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-6)
+    leaf = graphnn.ones(2, device="cuda", requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        leaf.add_(1)
+    assert leaf.tolist() == [1.0, 1.0]
+
+
+def test_grad_accumulates_over_a_second_backward_on_cuda():
+    w = graphnn.tensor(A, device="cuda", requires_grad=True)
+    (w * 2).sum().backward()
+    first = w.grad
+    (w * w).sum().backward()
+    assert w.grad is first and w.grad.is_cuda  # added into the same .grad, as torch
+    np.testing.assert_allclose(w.grad.cpu().numpy(), 2 + 2 * A, rtol=1e-6)
+
+
+OPTIMIZERS = {
+    "sgd_momentum": lambda lib, p: lib.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.01),
+    "adam": lambda lib, p: lib.optim.Adam(p, lr=0.05),
+    "adamw": lambda lib, p: lib.optim.AdamW(p, lr=0.05, weight_decay=0.1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_optimizer_steps_on_cuda_parameters_equal_the_cpu_and_torch(name):
+    def train(lib, where):
+        w = lib.tensor(A, device=where, requires_grad=True)
+        opt = OPTIMIZERS[name](lib, [w])
+        x = lib.tensor(B, device=where)
+        for _ in range(3):
+            opt.zero_grad()
+            ((w * x).tanh() + w * w).sum().backward()
+            opt.step()
+        assert w.device == lib.device(where if where == "cpu" else "cuda:0")
+        return w.detach().cpu().numpy()
+    on_cuda = train(graphnn, "cuda")
+    np.testing.assert_allclose(on_cuda, train(graphnn, "cpu"), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(on_cuda, train(torch, "cpu"), rtol=1e-5, atol=1e-6)
 
 
 # ---- indexing with index tensors ----------------------------------------------------------------

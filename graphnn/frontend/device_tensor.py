@@ -12,9 +12,8 @@ the tape (``ToCopyBackward``, whose backward moves the gradient back), as in PyT
 a device runs through the device's runtime on the device arrays (``run_op``); its results stay
 on the device. A 0-d CPU tensor (a Python scalar operand
 becomes one) may take part in an op on the device, as in PyTorch; any other mix of devices is a
-``DeviceError`` naming the op and both devices. In-place writes into device tensors
-(``add_``, ``x += y``, ``x[i] = v``...) are refused by name for now: ``inplace.py`` writes with
-NumPy.
+``DeviceError`` naming the op and both devices. In-place writes (``add_``, ``x += y``,
+``x[i] = v``...) compute on the device and copy into the device array (``inplace.py``).
 """
 from __future__ import annotations
 
@@ -25,7 +24,6 @@ from ..ir.errors import AutogradError, DTypeError, ShapeError, UnsupportedError
 from . import compiled_node, printing, trace_state
 from .device import CPU, DeviceError, RUNTIMES, runtime_of
 from .grad_mode import is_grad_enabled
-from .inplace import TensorInplaceMixin
 
 
 class DeviceTensorMixin:
@@ -115,19 +113,6 @@ def _rebuild(array, requires_grad, where):
     return t
 
 
-def _refusal(name: str):
-    def refuse(self, *args, **kwargs):
-        raise UnsupportedError(f"{name}: in-place writes into {self._device} tensors are not "
-                               f"supported yet; use the out-of-place form (y = x + 1, not "
-                               f"x += 1 or x.add_(1))")
-    refuse.__name__ = refuse.__qualname__ = name
-    return refuse
-
-
-# every in-place method (``inplace.py`` writes with NumPy), refused by name on device twins
-_INPLACE_REFUSALS = {name: _refusal(name) for name in [
-    *(n for n in vars(TensorInplaceMixin) if n.endswith("_") and not n.startswith("__")),
-    *(n for n in vars(TensorInplaceMixin) if n.startswith("__i")), "__setitem__"]}
 _TWINS: dict = {}  # (host tensor class, device) -> its device twin
 _DTYPES: dict = {}  # device array dtype -> graphnn DType
 
@@ -153,7 +138,7 @@ def twin_class(cls, where):
     twin = _TWINS.get((base, where))
     if twin is None:
         twin = _TWINS[(base, where)] = type(base.__name__, (DeviceTensorMixin, base), {
-            **_INPLACE_REFUSALS, "_on_device": True, "_device": where, "_host_class": base,
+            "_on_device": True, "_device": where, "_host_class": base,
             "__module__": base.__module__, "__qualname__": base.__qualname__,
             "__doc__": base.__doc__})
     return twin

@@ -3,11 +3,13 @@
 A view (the output of a shape op that shares memory with its input) remembers its parent, the
 op and attributes that made it, and shares its base's version counter. An in-place op computes
 its result functionally (through registry ops), checks it, then copies it into the tensor's
-memory; nothing is written when a check fails. When gradients are recorded, the write also
-gives the tensor, and every parent up to its base, a new place in the graph: a parent's new
-value is written functionally as ``slice_scatter`` (or the inverse ``reshape``/``permute``) of
-the child's new value, as PyTorch's CopySlices does. A view recorded before a write through
-its base or a sibling is re-derived from its parent the next time it is used.
+memory (NumPy's ``copyto`` on the host, the device array's own ``copy_`` on a device, where
+results are never views); nothing is written when a check fails. When gradients are
+recorded, the write also gives the tensor, and every parent up to its base, a new place in the
+graph: a parent's new value is written functionally as ``slice_scatter`` (or the inverse
+``reshape``/``permute``) of the child's new value, as PyTorch's CopySlices does. A view
+recorded before a write through its base or a sibling is re-derived from its parent the next
+time it is used.
 
 While tracing, writes take the recording path with values instead of data: a view op's
 output is a view when it would be one eagerly (``trace_state.view_layout`` runs NumPy's view
@@ -104,7 +106,10 @@ def _check_writable(t, op_name: str, recording: bool) -> None:
 
 
 def _writable(t) -> bool:
-    """Whether eager mode could write ``t``'s memory (not a broadcast view)."""
+    """Whether eager mode could write ``t``'s memory (not a broadcast view; device results
+    are never views, so a device tensor is always writable)."""
+    if t._on_device:
+        return True
     data = t._data if t._symbol is None else trace_state.layout(t)
     return bool(data.flags.writeable)
 
@@ -126,7 +131,7 @@ def run_inplace(t, op_name: str, compute, operands=()):
     if state is not None:
         result = compute(t)
     else:
-        result = compute(t._alias(t._data.copy()) if recording else t)
+        result = compute(t._alias(_snapshot(t)) if recording else t)
     if result.shape != t.shape:
         raise ShapeError(f"{op_name}: output with shape {list(t.shape)} doesn't match the "
                          f"broadcast shape {list(result.shape)}")
@@ -139,7 +144,7 @@ def run_inplace(t, op_name: str, compute, operands=()):
         state.write(t, _new_positions(t, result))
         return t
     chain = _new_positions(t, result) if recording else []
-    np.copyto(t._data, result._data)
+    _store(t, result)
     t._version_counter.value += 1
     for tensor, value in chain:
         if value.requires_grad:
@@ -149,6 +154,19 @@ def run_inplace(t, op_name: str, compute, operands=()):
         if tensor._view is not None:
             tensor._view.recorded_at = t._version_counter.value
     return t
+
+
+def _snapshot(t):
+    """A copy of ``t``'s array on its own device (the value a recorded write started from)."""
+    return t._data.clone() if t._on_device else t._data.copy()
+
+
+def _store(t, result) -> None:
+    """Write ``result``'s values (same shape, dtype and device as ``t``) into ``t``'s memory."""
+    if t._on_device:
+        t._data.copy_(result._data)
+    else:
+        np.copyto(t._data, result._data)
 
 
 def overwrite(old, value):
@@ -263,6 +281,7 @@ class TensorInplaceMixin:
         if broadcast_shapes("copy_", [src.shape, self.shape]) != self.shape:
             raise ShapeError(f"copy_: source of shape {fmt_shape(src.shape)} cannot be "
                              f"broadcast to the destination shape {fmt_shape(self.shape)}")
+        src = src.to(self.device)  # a copy between devices, as PyTorch's copy_ allows
         return run_inplace(self, "copy_", lambda s: overwrite(s, src), (src,))
 
     def masked_fill_(self, mask, value):
@@ -275,10 +294,10 @@ class TensorInplaceMixin:
 
     def uniform_(self, a=0.0, b=1.0):
         from .creation import rand
-        return run_inplace(self, "uniform_",
-                           lambda s: rand(tuple(s.shape), dtype=s.dtype) * (b - a) + a)
+        return run_inplace(self, "uniform_", lambda s: rand(
+            tuple(s.shape), dtype=s.dtype, device=s.device) * (b - a) + a)
 
     def normal_(self, mean=0.0, std=1.0):
         from .creation import randn
-        return run_inplace(self, "normal_",
-                           lambda s: randn(tuple(s.shape), dtype=s.dtype) * std + mean)
+        return run_inplace(self, "normal_", lambda s: randn(
+            tuple(s.shape), dtype=s.dtype, device=s.device) * std + mean)
