@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections import Counter
 import os
 import re
 import subprocess
@@ -26,7 +27,7 @@ from op_db import OP_DB
 from test_op_forward import assert_close_to, reference
 
 import test_backend_conformance as suite
-from conformance import REFERENCE
+from conformance import REFERENCE, compiled_only
 from test_compile_step import assert_same_value
 
 import graphnn
@@ -39,7 +40,7 @@ from graphnn.codegen.triton import kernels
 from graphnn.codegen.triton.kernels import SMALL_BLOCKS
 from graphnn.compiler import stages
 from graphnn.frontend.dispatch import apply_op
-from graphnn.ir import REGISTRY, OpGroup, TensorType
+from graphnn.ir import REGISTRY, OpGroup, TensorType, debug_mode
 from graphnn.ir.dtypes import float32
 from graphnn.runtime.backends import get_backend, register_backend
 
@@ -283,6 +284,46 @@ def test_device_copies_and_owners():
     DEVICE.copy(t, fresh)
     np.testing.assert_array_equal(DEVICE.download(fresh), DEVICE.download(t))
     assert not DEVICE.shares_host
+
+
+def test_training_state_stays_on_the_device(monkeypatch):
+    """Four compiled SGD-with-momentum steps: each parameter is uploaded once (the launcher
+    keeps it, its gradient and its momentum on the device), the losses and the parameters read
+    back afterwards are PyTorch's."""
+    monkeypatch.setattr(debug_mode, "ENABLED", False)  # debug mode downloads every output
+    uploads, upload = Counter(), DEVICE.upload
+    monkeypatch.setattr(DEVICE, "upload", lambda host: (uploads.update([id(host)]),
+                                                        upload(host))[1])
+    graphnn.manual_seed(0)
+    model = nn.Linear(6, 3)
+    twin = torch.nn.Linear(6, 3)
+    with torch.no_grad():
+        twin.weight.copy_(torch.from_numpy(model.weight.detach().numpy()))
+        twin.bias.copy_(torch.from_numpy(model.bias.detach().numpy()))
+    opt = graphnn.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    twin_opt = torch.optim.SGD(twin.parameters(), lr=0.1, momentum=0.9)
+
+    def step(x):
+        opt.zero_grad()
+        loss = (model(x) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+    compiled = graphnn.compile(step, backend="triton")
+    batches = np.random.default_rng(3).standard_normal((4, 5, 6)).astype(np.float32)
+    hosts = [p._host_array() for p in model.parameters()]
+    for x in batches:
+        with compiled_only():  # a fallback to eager execution is an error
+            loss = compiled(graphnn.tensor(x)).item()
+        twin_opt.zero_grad()
+        expected = (twin(torch.from_numpy(x)) ** 2).mean()
+        expected.backward()
+        twin_opt.step()
+        np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
+    assert [uploads[id(h)] for h in hosts] == [1, 1]
+    for p, q in zip(model.parameters(), twin.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5,
+                                   atol=1e-6)
 
 
 # ---- ahead-of-time compilation ---------------------------------------------------------------
