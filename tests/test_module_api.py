@@ -308,15 +308,25 @@ def test_conversions_match_torch_and_keep_parameter_objects(name):
     same_as_torch(scenario, rtol=1e-3)
 
 
-@pytest.mark.parametrize("call", [lambda m: m.cuda(), lambda m: m.to("cuda"),
-                                  lambda m: m.to("cuda:1", graphnn.float64),
-                                  lambda m: m.to(device="cuda"), lambda m: m.cuda(0),
-                                  lambda m: m.xpu(),
-                                  lambda m: m.to_empty(device="cuda")])
-def test_gpu_moves_raise_clearly_and_change_nothing(call):
+GPU_MOVES = {  # name -> (move, the dtype floating tensors get, as torch's .to(dtype))
+    "cuda": (lambda m: m.cuda(), None), "to_str": (lambda m: m.to("cuda"), None),
+    "to_kw": (lambda m: m.to(device="cuda"), None), "cuda_0": (lambda m: m.cuda(0), None),
+    "to_device": (lambda m: m.to(graphnn.device("cuda")), None),
+    "to_int": (lambda m: m.to(0), None),
+    "to_tensor": (lambda m: m.to(graphnn.ones(1, device="cuda")), graphnn.float32),
+    "to_str_dtype": (lambda m: m.to("cuda:0", graphnn.float64), graphnn.float64),
+}
+
+
+@pytest.mark.parametrize("call", [c for c, _ in GPU_MOVES.values()] + [
+    lambda m: m.to("cuda:1", graphnn.float64), lambda m: m.xpu(),
+    lambda m: m.to_empty(device="cuda")])
+def test_gpu_moves_without_a_gpu_raise_clearly_and_change_nothing(call, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # no GPU and no Triton interpreter
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     net = _tree(graphnn)
     before = {k: v.numpy().copy() for k, v in net.state_dict().items()}
-    with pytest.raises(UnsupportedError, match="GPU backend"):
+    with pytest.raises(UnsupportedError, match="'cuda' is not available|no xpu device"):
         call(net)
     after = net.state_dict()
     assert all(after[k].dtype == graphnn.tensor(v).dtype and np.array_equal(after[k], v)
@@ -324,10 +334,55 @@ def test_gpu_moves_raise_clearly_and_change_nothing(call):
     assert net(graphnn.ones(2, dtype=graphnn.float64)).shape == (2,)
 
 
+@pytest.mark.parametrize("name", sorted(GPU_MOVES))
+def test_gpu_moves_move_every_tensor_and_keep_parameter_objects(name):
+    """The suite's cuda is Triton's interpreter; dtypes and values as torch's CPU casts."""
+    call, dtype = GPU_MOVES[name]
+    net, theirs = _tree(graphnn), _tree(torch)
+    net.a.weight.grad = graphnn.ones(2, dtype=graphnn.float64)
+    weight, grad = net.a.weight, net.a.weight.grad
+    assert call(net) is net and net.a.weight is weight and net.a.weight.grad is grad
+    assert isinstance(weight, nn.Parameter) and weight.is_leaf and weight.requires_grad
+    assert grad.is_cuda and net.tied is net.b.weight
+    if dtype is not None:
+        theirs.to(getattr(torch, dtype.name))
+    ours = net.state_dict(keep_vars=True)
+    assert list(ours) == list(theirs.state_dict())
+    for (key, value), expected in zip(ours.items(), theirs.state_dict().values()):
+        assert value.is_cuda, key
+        assert value.dtype.name == str(expected.dtype).removeprefix("torch."), key
+        np.testing.assert_array_equal(value.detach().cpu().numpy(), expected.numpy())
+    assert all(b.is_cuda for b in net.buffers())
+    assert net.cpu() is net and net.a.weight is weight and not weight.is_cuda
+
+
+def test_an_optimizer_built_before_cuda_steps_the_moved_parameters():
+    """As torch: the optimizer holds the Parameter objects, whose data moved."""
+    def train(device):
+        graphnn.manual_seed(0)
+        net = nn.Linear(3, 2)
+        opt = graphnn.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        net.to(device)
+        x = graphnn.tensor(RNG.standard_normal((4, 3)).astype(np.float32), device=device)
+        for _ in range(2):
+            opt.zero_grad()
+            net(x).pow(2).sum().backward()
+            opt.step()
+        assert net.weight.device == graphnn.device(device if device == "cpu" else "cuda:0")
+        assert opt.param_groups[0]["params"][0] is net.weight
+        return [p.detach().cpu().numpy() for p in net.parameters()]
+    state = RNG.bit_generator.state
+    on_cuda = train("cuda")
+    RNG.bit_generator.state = state
+    for got, expected in zip(on_cuda, train("cpu")):
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
 def test_to_empty_keeps_shapes_and_dtypes():
     net = _tree(graphnn)
     weight = net.a.weight
     assert net.to_empty(device="cpu") is net and net.a.weight is weight
+    assert net.to_empty(device="cuda") is net and net.a.weight is weight and weight.is_cuda
     assert [(k, v.shape, v.dtype) for k, v in net.state_dict().items()] == \
         [(k, v.shape, v.dtype) for k, v in _tree(graphnn).state_dict().items()]
 

@@ -170,8 +170,14 @@ def test_dynamic_net_parameters_forward_and_conversion():
     tx, gx = _inputs(4)
     for act in ("relu", "lrelu"):
         _same(theirs(tx, act), ours(gx, act))
-    with pytest.raises(graphnn.GraphnnError, match="GPU backend"):
-        ours.to(device='cuda')
+    with pytest.MonkeyPatch.context() as no_gpu:  # no GPU and no Triton interpreter
+        no_gpu.setenv("TRITON_INTERPRET", "0")
+        no_gpu.setenv("CUDA_VISIBLE_DEVICES", "")
+        with pytest.raises(graphnn.GraphnnError, match="'cuda' is not available"):
+            ours.to(device='cuda')
+    assert ours.to(device='cuda') is ours  # the suite's cuda: Triton's interpreter
+    _same(theirs(tx, "relu"), ours(gx.cuda(), "relu").cpu())
+    ours.cpu()
     ours.to(dtype=graphnn.float64)
     theirs.to(dtype=torch.float64)
     tx, gx = _inputs(5)

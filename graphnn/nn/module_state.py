@@ -301,59 +301,68 @@ class StateMixin:
                     self._buffers[name] = fn(b)
         return self
 
-    def _check_device(self, spec) -> None:
-        name = str(spec) if not isinstance(spec, int) else f"cuda:{spec}"
-        if name.split(":")[0] != "cpu":
-            raise UnsupportedError(f"{type(self).__name__}: device {name!r} is not available; "
-                                   f"graphnn has no GPU backend for eager modules, which run "
-                                   f"on the CPU")
+    def _refuse_device(self, name: str) -> None:
+        raise UnsupportedError(f"{type(self).__name__}.{name}(): graphnn has no {name} device "
+                               f"(its devices are cpu and cuda)")
 
     def to(self, *args, **kwargs):
-        """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(tensor)``: casts the
-        floating-point parameters and buffers; the only device is the CPU."""
-        from ..frontend.tensor import device as Device
-        dtype = kwargs.get("dtype")
-        for a in list(args) + [kwargs.get("device")]:
-            if a is None or isinstance(a, bool):  # bool: the non_blocking flag
-                continue
+        """``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(tensor)`` (its device and
+        dtype), as PyTorch: every parameter and buffer moves to the device, the floating-point
+        ones are cast to the dtype. Parameters keep their objects (``p.data`` is replaced, so
+        an optimizer built before still steps them); nothing changes when the device or dtype
+        is refused."""
+        from ..frontend.device import device as Device, resolve
+        dtype, target = kwargs.get("dtype"), kwargs.get("device")
+        for a in args:
             if isinstance(a, Tensor):
-                dtype = a.dtype
-            elif isinstance(a, (str, int, Device)):
-                self._check_device(a)
-            else:
+                dtype, target = a.dtype, a.device
+            elif isinstance(a, (str, Device)) or (isinstance(a, int) and
+                                                  not isinstance(a, bool)):
+                target = a
+            elif a is not None and not isinstance(a, bool):  # bool: the non_blocking flag
                 dtype = a
-        if dtype is None:
+        where = None if target is None else resolve(target, f"{type(self).__name__}.to")
+        if dtype is not None:
+            dtype = as_dtype(dtype)
+            if not dtype.is_floating_point:
+                raise StateTypeError(f"nn.Module.to only accepts floating point or complex "
+                                     f"dtypes, but got desired dtype={dtype!r}")
+        if where is None and dtype is None:
             return self
-        dtype = as_dtype(dtype)
-        if not dtype.is_floating_point:
-            raise StateTypeError(f"nn.Module.to only accepts floating point or complex dtypes, "
-                                 f"but got desired dtype={dtype!r}")
-        return self._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
+
+        def convert(t):
+            moved = t if where is None else t.to(where)
+            return moved.to(dtype) if dtype is not None and moved.is_floating_point() else moved
+        return self._apply(convert)
 
     def cuda(self, device=None):
-        self._check_device("cuda" if device is None else device)
+        """``to("cuda")``, or ``to(f"cuda:{device}")`` for an int (a device or string as is)."""
+        if device is None:
+            return self.to("cuda")
+        return self.to(f"cuda:{device}" if isinstance(device, int) else device)
 
     def xpu(self, device=None):
-        self._check_device("xpu")
+        self._refuse_device("xpu")
 
     def ipu(self, device=None):
-        self._check_device("ipu")
+        self._refuse_device("ipu")
 
     def mtia(self, device=None):
-        self._check_device("mtia")
+        self._refuse_device("mtia")
 
     def cpu(self):
-        return self
+        return self.to("cpu")
 
     def share_memory(self):
         return self
 
     def to_empty(self, *, device=None, recurse: bool = True):
-        """Replace every parameter's and buffer's data by uninitialised memory (same dtype)."""
-        if device is not None:
-            self._check_device(device)
+        """Replace every parameter's and buffer's data by uninitialised memory (same dtype) on
+        ``device`` (default: where each tensor is)."""
         from ..frontend.creation import empty_like
-        return self._apply(empty_like, recurse=recurse)
+        from ..frontend.device import resolve
+        where = None if device is None else resolve(device, f"{type(self).__name__}.to_empty")
+        return self._apply(lambda t: empty_like(t, device=where), recurse=recurse)
 
     def float(self):
         return self._apply(lambda t: t.float() if t.is_floating_point() else t)
