@@ -326,6 +326,20 @@ def test_training_state_stays_on_the_device(monkeypatch):
                                    atol=1e-6)
 
 
+def test_backend_imports_without_torch_and_triton_and_names_the_extra_when_used():
+    script = ("import sys, warnings\n"
+              "sys.modules['torch'] = sys.modules['triton'] = None  # not installed\n"
+              "import numpy as np, graphnn\n"
+              "from graphnn.codegen.triton import BACKEND\n"
+              "warnings.simplefilter('error')\n"
+              "graphnn.compile(lambda x: x + 1, backend='triton')"
+              "(graphnn.tensor(np.ones(3, np.float32)))\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, PYTHONPATH=root))
+    assert done.returncode != 0 and "pip install 'graphnn[triton]'" in done.stderr
+
+
 # ---- ahead-of-time compilation ---------------------------------------------------------------
 
 def _stages():
