@@ -503,3 +503,26 @@ def test_a_cpu_tensor_refuses_cuda_index_tensors_as_torch_but_0_dim_ones():
                 use()
     np.testing.assert_array_equal(host.numpy(), A)
     np.testing.assert_array_equal(host[graphnn.tensor(1, device="cuda")].numpy(), A[1])
+
+
+# ---- nn functions ---------------------------------------------------------------------------------
+
+def test_dropout_on_cuda_draws_its_mask_on_the_device_as_the_cpu_does():
+    """Random numbers are the host stream uploaded for now, so the cuda mask equals the CPU's."""
+    results = []
+    for where in ("cuda", "cpu"):
+        x = graphnn.tensor(POS, device=where, requires_grad=True)
+        graphnn.manual_seed(5)
+        y = graphnn.nn.functional.dropout(x, 0.4)
+        y.sum().backward()
+        assert y.device == x.grad.device == x.device
+        results.append((y.detach().cpu().numpy(), x.grad.cpu().numpy()))
+    (y, grad), (cpu_y, cpu_grad) = results
+    np.testing.assert_array_equal(y, cpu_y)
+    np.testing.assert_array_equal(grad, cpu_grad)
+    kept = y != 0
+    assert 0 < kept.sum() < y.size
+    np.testing.assert_allclose(y[kept], POS[kept] / 0.6, rtol=1e-6)  # as torch scales
+    x = _cuda(POS)
+    assert graphnn.nn.functional.dropout(x, 0.4, training=False) is x
+

@@ -62,8 +62,8 @@ def dropout(input, p=0.5, training=True):
         return input
     if p == 1:
         return input * 0.0
-    from .creation import rand
-    keep = rand(tuple(input.shape), dtype=input.dtype) >= p
+    from .creation import rand_like
+    keep = rand_like(input) >= p  # drawn on the input's device, in its dtype
     return input * keep.to(input.dtype) * (1.0 / (1.0 - p))
 
 
