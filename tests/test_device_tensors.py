@@ -526,3 +526,22 @@ def test_dropout_on_cuda_draws_its_mask_on_the_device_as_the_cpu_does():
     x = _cuda(POS)
     assert graphnn.nn.functional.dropout(x, 0.4, training=False) is x
 
+
+@pytest.mark.parametrize("kwargs", [{}, {"ignore_index": 1, "reduction": "sum"},
+                                    {"weight": np.array([0.2, 1.0, 3.0], np.float32)}])
+def test_cross_entropy_with_a_cuda_target_equals_the_cpu_and_torch(kwargs):
+    logits, target = RNG.standard_normal((4, 3)).astype(np.float32), np.array([2, 1, 0, 2])
+
+    def run(lib, where):
+        x = lib.tensor(logits, device=where, requires_grad=True)
+        extra = {k: lib.tensor(v, device=where) if k == "weight" else v
+                 for k, v in kwargs.items()}
+        loss = lib.nn.functional.cross_entropy(x, lib.tensor(target, device=where), **extra)
+        loss.backward()
+        return loss.item(), x.grad.cpu().numpy()
+    got, cpu, expected = run(graphnn, "cuda"), run(graphnn, "cpu"), run(torch, "cpu")
+    for a, b, c in zip(got, cpu, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
+    with pytest.raises(IndexError, match="out of bounds"):
+        graphnn.nn.functional.cross_entropy(_cuda(logits), graphnn.tensor([0, 1, 2, 3]).cuda())

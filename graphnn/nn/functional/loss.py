@@ -109,7 +109,7 @@ def _index_target(name: str, input, target, weight, ignore_index: int, class_dim
     target = target.long()
     if is_symbolic(target):
         return target
-    values = target.numpy()
+    values = target.cpu().numpy()  # a device target is read through a download
     outside = (values != ignore_index) & ((values < 0) | (values >= n_classes))
     if outside.any():
         raise IndexError_(f"{name}: Target {values[outside].flat[0]} is out of bounds (expected "
