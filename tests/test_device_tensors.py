@@ -182,6 +182,42 @@ def test_printing_matches_torchs_cpu_text_plus_the_device():
     assert repr(_cuda(values)) == text[:-1] + ", device='cuda:0')"
 
 
+class _FakeCuda:
+    """A device whose text is cuda:0, for torch's own printing code on a CPU tensor."""
+    type = "fake"  # neither the default device type nor one torch copies before printing
+
+    def __str__(self):
+        return "cuda:0"
+
+
+class tensor(torch.Tensor):  # the name is the printed prefix, as for torch's own tensors
+    """A torch CPU tensor that reports the device cuda:0: torch prints its device suffix."""
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @property
+    def device(self):
+        return _FakeCuda()
+
+
+# name -> (values, requires_grad): suffixes that wrap where torch's wrap ("graphnn.int32" is
+# two characters longer than "torch.int32", so no case puts a dtype suffix at the line's end)
+WRAPPING = {
+    "float64_row": (np.linspace(-3000, 3000, 12)[:6], False),
+    "long_row_grad": (np.linspace(-3000, 3000, 11).astype(np.float32), True),
+    "matrix_int32": (np.arange(-40, 32, 3, dtype=np.int32).reshape(4, 6) * 10 ** 6, False),
+    "empty_float16": (np.zeros((2, 0), np.float16), True),
+    "short_grad": (np.array([1.5, 2.0], np.float32), True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRAPPING))
+def test_printing_wraps_the_device_and_other_suffixes_as_torch(name):
+    values, requires_grad = WRAPPING[name]
+    ours = graphnn.tensor(values, device="cuda", requires_grad=requires_grad)
+    theirs = torch.tensor(values).as_subclass(tensor).requires_grad_(requires_grad)
+    assert repr(ours) == repr(theirs).replace("torch.", "graphnn.")
+
+
 def test_printing_a_result_names_the_device_before_its_grad_fn():
     on_device = graphnn.ones(2, device="cuda", requires_grad=True) + 1
     on_host = graphnn.ones(2, requires_grad=True) + 1

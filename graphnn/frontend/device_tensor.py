@@ -21,7 +21,7 @@ import numpy as np
 
 from ..ir.dtypes import as_dtype
 from ..ir.errors import AutogradError, DTypeError, ShapeError, UnsupportedError
-from . import compiled_node, printing, trace_state
+from . import compiled_node, trace_state
 from .device import CPU, DeviceError, RUNTIMES, runtime_of
 from .grad_mode import is_grad_enabled
 
@@ -91,15 +91,6 @@ class DeviceTensorMixin:
 
     def cpu(self):
         return move(self, CPU)
-
-    def _repr_text(self) -> str:
-        """PyTorch's form: the host text with ``device='cuda:0'`` as the first suffix."""
-        from .tensor import Tensor
-        host = Tensor._wrap(self._host_values())
-        host.grad_fn, host._requires_grad = self.grad_fn, self._requires_grad
-        text = printing.tensor_repr(host)
-        end = len(printing._PREFIX) + len(printing.format_data(host._data))
-        return f"{text[:end]}, device='{self._device}'{text[end:]}"
 
     def __reduce_ex__(self, protocol):
         return (_rebuild, (self._host_values(), self._requires_grad, str(self._device)))

@@ -125,8 +125,12 @@ def _with_suffixes(text: str, suffixes, indent: int) -> str:
 
 
 def tensor_repr(t) -> str:
-    data = readable_data(t, "printing a tensor (repr, str or print)")
-    suffixes = []
+    """PyTorch's text of ``t``: a device tensor's values are downloaded, and its device is the
+    first suffix (so the suffixes wrap onto new lines where PyTorch's do)."""
+    if t._on_device:
+        data, suffixes = t._host_values(), [f"device='{t.device}'"]
+    else:
+        data, suffixes = readable_data(t, "printing a tensor (repr, str or print)"), []
     if data.size == 0:
         if data.ndim != 1:
             suffixes.append(f"size={tuple(data.shape)}")
