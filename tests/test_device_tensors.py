@@ -581,3 +581,50 @@ def test_cross_entropy_with_a_cuda_target_equals_the_cpu_and_torch(kwargs):
         np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
     with pytest.raises(IndexError, match="out of bounds"):
         graphnn.nn.functional.cross_entropy(_cuda(logits), graphnn.tensor([0, 1, 2, 3]).cuda())
+
+
+# ---- end to end ------------------------------------------------------------------------------------
+
+def _mlp(lib):
+    nn = lib.nn
+    return nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Dropout(0.3), nn.Linear(8, 3))
+
+
+def test_an_mlp_moved_with_cuda_trains_as_on_the_cpu_and_in_torch():
+    """Eager training on cuda end to end: Module.cuda(), forward with dropout in eval mode,
+    cross entropy, backward, three AdamW steps, the loss read with .item() each step."""
+    x_np = RNG.standard_normal((6, 5)).astype(np.float32)
+    y_np = RNG.integers(0, 3, 6)
+    theirs = _mlp(torch).eval()
+    weights = {k: v.detach().numpy().copy() for k, v in theirs.state_dict().items()}
+
+    def train(lib, model, where):
+        opt = lib.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.1)
+        x, y = lib.tensor(x_np, device=where), lib.tensor(y_np, device=where)
+        losses = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = lib.nn.CrossEntropyLoss()(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses, [p.detach().cpu().numpy() for p in model.parameters()]
+
+    runs = {}
+    for where in ("cuda", "cpu"):
+        model = _mlp(graphnn).eval()
+        model.load_state_dict({k: graphnn.tensor(v) for k, v in weights.items()})
+        if where == "cuda":
+            weight = model[0].weight
+            assert model.cuda() is model and model[0].weight is weight and weight.is_cuda
+        runs[where] = train(graphnn, model, where)
+        assert all(p.device == graphnn.device(where if where == "cpu" else "cuda:0")
+                   for p in model.parameters())
+    expected = train(torch, theirs, "cpu")
+    (losses, params), (cpu_losses, cpu_params) = runs["cuda"], runs["cpu"]
+    np.testing.assert_allclose(losses, cpu_losses, rtol=1e-5)
+    np.testing.assert_allclose(losses, expected[0], rtol=1e-5)
+    assert losses[2] < losses[0]
+    for got, cpu, theirs_p in zip(params, cpu_params, expected[1]):
+        np.testing.assert_allclose(got, cpu, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got, theirs_p, rtol=1e-5, atol=1e-6)
