@@ -457,6 +457,19 @@ def test_in_place_writes_on_cuda_equal_the_cpu_and_torch(name):
     np.testing.assert_allclose(results["cuda"], tx.numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_random_in_place_fills_on_cuda_draw_the_host_stream_as_the_cpu():
+    for fill in (lambda t: t.uniform_(-2, 3), lambda t: t.normal_(1.0, 0.5),
+                 lambda t: graphnn.nn.init.xavier_uniform_(t)):
+        values = []
+        for where in ("cuda", "cpu"):
+            graphnn.manual_seed(7)
+            t = graphnn.zeros(3, 4, device=where)
+            assert fill(t) is t and t.is_cuda == (where == "cuda")
+            values.append(t.cpu().numpy())
+        np.testing.assert_array_equal(values[0], values[1])
+        assert np.unique(values[0]).size == 12
+
+
 def test_a_recorded_in_place_write_on_cuda_differentiates_as_torch():
     grads = []
     for lib, make in ((graphnn, lambda a: graphnn.tensor(a, device="cuda", requires_grad=True)),
