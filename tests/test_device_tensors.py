@@ -554,7 +554,7 @@ def test_a_cpu_tensor_refuses_cuda_index_tensors_as_torch_but_0_dim_ones():
     np.testing.assert_array_equal(host[graphnn.tensor(1, device="cuda")].numpy(), A[1])
 
 
-# ---- nn functions ---------------------------------------------------------------------------------
+# ---- nn functions -------------------------------------------------------------------------------
 
 def test_dropout_on_cuda_draws_its_mask_on_the_device_as_the_cpu_does():
     """Random numbers are the host stream uploaded for now, so the cuda mask equals the CPU's."""
@@ -596,7 +596,7 @@ def test_cross_entropy_with_a_cuda_target_equals_the_cpu_and_torch(kwargs):
         graphnn.nn.functional.cross_entropy(_cuda(logits), graphnn.tensor([0, 1, 2, 3]).cuda())
 
 
-# ---- end to end ------------------------------------------------------------------------------------
+# ---- end to end ---------------------------------------------------------------------------------
 
 def _mlp(lib):
     nn = lib.nn

@@ -335,8 +335,9 @@ def test_gpu_moves_without_a_gpu_raise_clearly_and_change_nothing(call, monkeypa
 
 
 @pytest.mark.parametrize("name", sorted(GPU_MOVES))
-def test_gpu_moves_move_every_tensor_and_keep_parameter_objects(name):
+def test_gpu_moves_move_every_tensor_and_keep_parameter_objects(name, tmp_path, monkeypatch):
     """The suite's cuda is Triton's interpreter; dtypes and values as torch's CPU casts."""
+    monkeypatch.setenv("GRAPHNN_CACHE_DIR", str(tmp_path))  # its kernels
     call, dtype = GPU_MOVES[name]
     net, theirs = _tree(graphnn), _tree(torch)
     net.a.weight.grad = graphnn.ones(2, dtype=graphnn.float64)
@@ -356,8 +357,9 @@ def test_gpu_moves_move_every_tensor_and_keep_parameter_objects(name):
     assert net.cpu() is net and net.a.weight is weight and not weight.is_cuda
 
 
-def test_an_optimizer_built_before_cuda_steps_the_moved_parameters():
+def test_an_optimizer_built_before_cuda_steps_the_moved_parameters(tmp_path, monkeypatch):
     """As torch: the optimizer holds the Parameter objects, whose data moved."""
+    monkeypatch.setenv("GRAPHNN_CACHE_DIR", str(tmp_path))  # its kernels
     def train(device):
         graphnn.manual_seed(0)
         net = nn.Linear(3, 2)
@@ -378,7 +380,8 @@ def test_an_optimizer_built_before_cuda_steps_the_moved_parameters():
         np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
 
 
-def test_to_empty_keeps_shapes_and_dtypes():
+def test_to_empty_keeps_shapes_and_dtypes(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHNN_CACHE_DIR", str(tmp_path))  # kernels of the cuda moves
     net = _tree(graphnn)
     weight = net.a.weight
     assert net.to_empty(device="cpu") is net and net.a.weight is weight

@@ -160,7 +160,8 @@ def test_net_children_and_big_net_named_modules_print_the_same():
     _same(theirs(tx), ours(gx))
 
 
-def test_dynamic_net_parameters_forward_and_conversion():
+def test_dynamic_net_parameters_forward_and_conversion(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHNN_CACHE_DIR", str(tmp_path))  # kernels of the cuda forward
     theirs, ours = _pair("DynamicNet", 3)
     assert repr(ours) == repr(theirs)
     _same(list(theirs.named_parameters()), list(ours.named_parameters()))
