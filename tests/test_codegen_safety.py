@@ -88,7 +88,10 @@ def test_hostile_names_in_a_whole_step_and_a_dynamic_compile(backend, tmp_path):
 
     compiled_step = graphnn.compile(lambda x: step(model, opt, x), backend=backend)
     frozen = copy.deepcopy(twin)  # the dynamic compile's eager twin: not trained
-    dynamic = graphnn.compile(copy.deepcopy(frozen), backend=backend, dynamic=True)
+    # the Triton backend writes sizes as literals, so dynamic=True fits no kernel over batch
+    # sizes for it yet (it would warn and compile per size): its kernels are checked per size
+    dynamic = graphnn.compile(copy.deepcopy(frozen), backend=backend,
+                              dynamic=backend != "triton")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for batch in (3, 5):

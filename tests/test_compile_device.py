@@ -1,23 +1,102 @@
-"""Compiled functions called with device (cuda) tensors: until compiled code takes them, the
-call runs eagerly (its ops as single-op Triton kernels) with one CompileWarning saying why,
-and gives eager's values on the device. The suite's cuda lives in Triton's interpreter."""
+"""Compiled code on device (cuda) tensors: by default the backend follows the tensors (Triton
+for cuda, NumPy for the CPU) and ``backend=`` overrides. Inputs, parameters and optimizer state
+stay in the tensors' device storage: kernels read them there, state updates are written into
+it, and results and rebound gradients come back as device tensors. The suite's cuda lives in
+Triton's interpreter."""
+import copy
+import warnings
+
 import numpy as np
 import pytest
 
 import graphnn
+from graphnn import nn
 from graphnn.compiler import CompileWarning
+from graphnn.frontend.device import DeviceError
+from compile_helpers import isolated_cache  # noqa: F401  (autouse fixture)
+
+CUDA = graphnn.device("cuda", 0)
 
 
-def test_a_compiled_function_with_cuda_inputs_runs_eagerly_and_says_why():
+def _quietly(fn, *args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        return fn(*args)
+
+
+def test_a_compiled_function_follows_its_tensors_to_the_device():
     def f(x, w):
-        return (x @ w).relu().sum(-1)
+        return {"y": (x @ w).relu().sum(-1), "n": x.abs().amax()}
 
     compiled = graphnn.compile(f)
     x, w = graphnn.randn(4, 3), graphnn.randn(3, 2)
     expected = f(x, w)
-    with pytest.warns(CompileWarning, match="does not take device"):
-        got = compiled(x.cuda(), w.cuda())
-    assert got.device == graphnn.device("cuda", 0)
-    np.testing.assert_allclose(got.cpu().numpy(), expected.numpy(), rtol=1e-6)
-    np.testing.assert_allclose(compiled(x, w).numpy(), expected.numpy(), rtol=1e-6)
-    assert compiled.compiles == 1  # the CPU call compiled; the cuda call did not
+    on_device, on_host = _quietly(compiled, x.cuda(), w.cuda()), _quietly(compiled, x, w)
+    assert on_device["y"].device == CUDA and on_host["y"].device == graphnn.device("cpu")
+    for key in expected:
+        np.testing.assert_allclose(on_device[key].cpu().numpy(), expected[key].numpy(),
+                                   rtol=1e-6)
+        np.testing.assert_allclose(on_host[key].numpy(), expected[key].numpy(), rtol=1e-6)
+    assert compiled.compiles == 2
+    assert "input 0 device cuda:0 -> cpu" in compiled.recompile_reasons[0]
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda ps: graphnn.optim.SGD(ps, lr=0.1, momentum=0.9),
+    lambda ps: graphnn.optim.Adam(ps, lr=1e-2)], ids=["sgd_momentum", "adam"])
+def test_a_whole_training_step_on_device_state_matches_the_cpu(make_opt):
+    """Parameters, gradients and optimizer state live on cuda; the compiled step (Triton,
+    by default) updates them in their device storage, as the eager step on the CPU does."""
+    graphnn.manual_seed(0)
+    cpu_model = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
+    model = copy.deepcopy(cpu_model).cuda()
+    weight = model[0].weight
+    opts = [make_opt(m.parameters()) for m in (model, cpu_model)]
+
+    def make_step(m, opt):
+        def step(x, y):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(m(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+
+    step = graphnn.compile(make_step(model, opts[0]))
+    eager = make_step(cpu_model, opts[1])
+    for i in range(3):
+        x, y = graphnn.randn(6, 5), graphnn.randint(0, 3, (6,))
+        loss = _quietly(step, x.cuda(), y.cuda())
+        expected = eager(x, y)
+        assert loss.device == CUDA
+        np.testing.assert_allclose(loss.item(), expected.item(), rtol=1e-5, err_msg=f"step {i}")
+        for p, q in zip(model.parameters(), cpu_model.parameters()):
+            assert p.device == CUDA and p.grad.device == CUDA
+            np.testing.assert_allclose(p.detach().cpu().numpy(), q.detach().numpy(),
+                                       rtol=1e-5, atol=1e-6, err_msg=f"step {i}")
+            np.testing.assert_allclose(p.grad.cpu().numpy(), q.grad.numpy(), rtol=1e-5,
+                                       atol=1e-6, err_msg=f"step {i}")
+    assert model[0].weight is weight and step.compiles == 1
+    assert all(v.device == CUDA for s in opts[0].state.values() for v in s.values()
+               if isinstance(v, graphnn.Tensor) and v.ndim)
+
+
+def test_what_compiled_code_does_not_take_on_a_device_runs_eagerly_and_says_why():
+    graphnn.manual_seed(1)
+    model = nn.Linear(3, 2).cuda()
+    x = graphnn.randn(4, 3).cuda()
+    expected = model(x)
+    for compiled, reason in ((graphnn.compile(model, backend="numpy"), "runs on the host"),
+                             (graphnn.compile(model, dynamic=True), "dynamic=True")):
+        with pytest.warns(CompileWarning, match=reason):
+            got = compiled(x)
+        np.testing.assert_allclose(got.detach().cpu().numpy(), expected.detach().cpu().numpy())
+    mixed = graphnn.compile(lambda a, b: a + b)
+    with pytest.warns(CompileWarning, match="different devices"), \
+            pytest.raises(DeviceError, match="cuda:0.*cpu|cpu.*cuda:0"):
+        mixed(x, graphnn.randn(4, 3))  # eager's own error
+    model.compile()  # a training forward (forward and backward kernels): not yet on a device
+    with pytest.warns(CompileWarning, match="does not take device tensors yet"):
+        got = model(x)
+    got.sum().backward()
+    assert model.weight.grad.device == CUDA

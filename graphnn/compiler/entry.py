@@ -11,7 +11,9 @@ decided by their role in the graph, never by position:
 - ``rebound``: new tensors (``Launcher.rebind``: none shares memory with state or another)
   stored in the Python slots the traced step rebound (``slots``), and the slots it cleared set
   to None;
-- ``result``: brought to the host as tensors in the eager result's containers (``template``);
+- ``result``: brought to the host as tensors in the eager result's containers (``template``),
+  or, for a call on device tensors (``wrap_device``), device tensors holding the kernel's
+  arrays;
 - ``saved``: kept on the device for the backward kernel, which ``tape`` (a
   ``training.TapeBackward``) puts on the eager tape with the differentiated results.
 """
@@ -30,24 +32,31 @@ class Entry:
 
     template = None  # the eager result's containers (set by the compiler)
 
-    def __init__(self, artifacts: dict, launcher, random, slots=None, tape=None):
+    def __init__(self, artifacts: dict, launcher, random, slots=None, tape=None,
+                 wrap_device=None):
         self.artifacts = artifacts
         self.artifact = next(artifacts[s] for s in FIRST_STAGES if s in artifacts)
         self.launcher, self.random, self.slots, self.tape = launcher, random, slots, tape
+        self.wrap_device = wrap_device  # set for a call on device tensors: results stay there
 
     def __call__(self, tensors, state):
-        launcher, first = self.launcher, self.artifact
-        host_inputs = [t._data for t in tensors] + self.random.draw(tensors)
-        first.check(host_inputs)
-        arrays = [launcher.upload(a) for a in host_inputs]
+        launcher, first, on_device = self.launcher, self.artifact, self.wrap_device is not None
+        inputs = [t._data for t in tensors] + self.random.draw(tensors)
+        if not on_device:  # device tensors matched the signature's specs already
+            first.check(inputs)
+        arrays = [launcher.upload(a) for a in inputs]
         returned = first.graph.unpack(launcher.launch(first, arrays, state))
         launcher.write_updates(returned["update"], state)
         if self.slots is not None:
             for slot in self.slots.cleared:
                 slot.set(None)
-            for name, tensor in launcher.rebind(returned["rebound"], state).items():
+            for name, tensor in launcher.rebind(returned["rebound"], state,
+                                                    self.wrap_device).items():
                 self.slots.rebound[name].set(tensor)
-        result = to_tensors(launcher.to_host(returned["result"]), self.template)
+        if on_device:
+            result = to_tensors(returned["result"], self.template, self.wrap_device)
+        else:
+            result = to_tensors(launcher.to_host(returned["result"]), self.template)
         if self.tape is not None:
             self.tape.attach(result, tensors, state, arrays, returned["saved"])
         return result

@@ -1,6 +1,6 @@
 """``graphnn.compile`` and ``Module.compile``: trace -> passes -> codegen -> runtime.
 
-``compile(fn_or_module, backend="numpy", passes=None, disable=None, dynamic=False,
+``compile(fn_or_module, backend=None, passes=None, disable=None, dynamic=False,
 recompile_limit=8)`` returns a ``CompiledFunction``. Its first call for a signature (see
 ``runtime.guards``: tensor shapes, dtypes and requires_grad, the non-tensor arguments, the
 parameters' types, train/eval mode and grad mode) traces the forward, builds its stage graphs,
@@ -54,11 +54,13 @@ from .random_inputs import RandomInputs, has_seeded_ops, lift_random
 from .results import detached, result_template
 from .step_state import StepState
 from .training import TapeBackward
-from ..frontend import trace_state
+from ..frontend import device_tensor, trace_state
+from ..frontend.device import device as frontend_device
 from ..frontend.autocast import state_key as autocast_state
 from ..frontend.grad_mode import is_grad_enabled
 from ..frontend.random import get_rng_state, set_rng_state
 from ..frontend.tensor import Tensor
+from ..ir.errors import UnsupportedError
 from ..ir.graph import flatten_structure
 from ..ir.registry import get_op
 from ..nn import hooks as H
@@ -90,6 +92,7 @@ class _Staged:
     graph: object  # the traced graph (random values lifted), before any pass
     build: object  # () -> (stages.Built, make)
     slots: object = None  # a whole step's ``step.SlotChanges`` (None: not a step)
+    backend: object = None  # the ``Backend`` its kernels are generated for
 
     @functools.cached_property
     def program(self) -> str:
@@ -201,13 +204,13 @@ def _recording(fn, holder):
 # ---- the compiled callable ----------------------------------------------------------------------
 
 class CompiledFunction:
-    def __init__(self, fn, module=None, *, eager=None, backend="numpy", passes=None,
+    def __init__(self, fn, module=None, *, eager=None, backend=None, passes=None,
                  disable=None, dynamic=False, recompile_limit=8, root_hooks_fall_back=False):
         self._fn = fn  # traced; also the eager forward
         self._eager = eager or fn
         self._module = module
-        self._backend_name = backend
-        self._backend = get_backend(backend)
+        self._backend_name = backend  # None: follow the tensors (see ``_target``)
+        self._backend = get_backend(backend or "numpy")  # host tensors' backend
         self._launcher = launcher_for(self._backend, Tensor._wrap)
         self._passes, self._disable = passes, disable
         self._options = f"backend={backend};passes={passes};disable={disable}"
@@ -268,11 +271,9 @@ class CompiledFunction:
                             f"(hooks are not traced into compiled code)")
             return self._eager(*args, **kwargs)
         tensors, static = _flatten_call(self._signature, args, kwargs)
-        if any(t._on_device for t in tensors) or \
-                any(t._on_device for _, t, _ in call.bindings):
-            self._warn_once("device", f"graphnn: {self.name} runs eagerly: compiled code does "
-                            f"not take device (cuda) tensors yet; eager ops on them run as "
-                            f"single-op Triton kernels")
+        reason = self._device_refusal(tensors, call)
+        if reason is not None:
+            self._warn_once(("device", reason), f"graphnn: {self.name} runs eagerly: {reason}")
             return self._eager(*args, **kwargs)
         sig, state = self._signature_of(call, tensors, static)
         entry = self._entries.get(sig)
@@ -291,6 +292,38 @@ class CompiledFunction:
         if entry is _EAGER:
             return self._eager(*args, **kwargs)
         return entry(tensors, state)
+
+    def _device_refusal(self, tensors, call):
+        """Why compiled code cannot take this call's device tensors (None: it can, or there
+        are none): tensors on several devices (eager raises the error; 0-d host tensors, as
+        Adam's step count, may join device ones, as in PyTorch), a backend named for the
+        host, or ``dynamic=True``."""
+        everything = tensors + [t for _, t, _ in call.bindings]
+        if not any(t._on_device for t in everything):
+            return None
+        if any(not t._on_device and t.ndim for t in everything):
+            return "its tensors are on different devices"
+        if self._backend_name is not None and self._backend.device.shares_host:
+            return f"backend {self._backend_name!r} runs on the host, the tensors are on a device"
+        if self.dynamic:
+            return "dynamic=True does not take device tensors yet"
+        return None
+
+    def _target(self, sig):
+        """(backend, launcher, wrap_device) of a signature: the backend named at compile time,
+        or, by default, the one that follows the tensors (Triton for device tensors, NumPy
+        for host ones); ``wrap_device`` (None for host tensors) makes device tensors of the
+        kernel's device arrays."""
+        where = next((s.device for s in sig.inputs if s.device != "cpu"),
+                     next((s.device for _, s in sig.state if s.device != "cpu"), None))
+        if where is None:
+            return self._backend, self._launcher, None
+        backend = get_backend(self._backend_name or "triton")
+        place = frontend_device(where)
+
+        def wrap_device(array):
+            return device_tensor.wrap(array, place)
+        return backend, launcher_for(backend, Tensor._wrap), wrap_device
 
     def _signature_of(self, call, tensors, static):
         """(the call's ``Signature``, its state tensors by name)."""
@@ -376,7 +409,7 @@ class CompiledFunction:
             if sig.dynamic:
                 self._entries[sig] = _STATIC if entry is None else entry
                 sig = replace(sig, inputs=tuple(spec_of(t) for t in tensors))
-            entry = staged.make({name: self._artifact(stage, name)
+            entry = staged.make({name: self._artifact(stage, name, staged.backend)
                                  for name, stage in staged.built.stages.items()},
                                 staged.random)
         self.compiles += 1
@@ -410,8 +443,9 @@ class CompiledFunction:
         """Trace the call; its stages are built when first asked for."""
         holder = []
         graph, random, step = self._trace(args, kwargs, holder)
-        options = (self._backend, self._passes, self._disable)
-        launcher, name = self._launcher, self.name
+        backend, launcher, wrap_device = self._target(sig)
+        options = (backend, self._passes, self._disable)
+        name = self.name
 
         def build():
             if step is not None:
@@ -419,7 +453,8 @@ class CompiledFunction:
                 built = stages.build(graph, "step", *options, backward=backward)
 
                 def make(artifacts, random_):
-                    return Entry(artifacts, launcher, random_, slots=changes)
+                    return Entry(artifacts, launcher, random_, slots=changes,
+                                 wrap_device=wrap_device)
             else:
                 wrt_params, wrt_inputs, targets = (_differentiated(sig, graph, tensors)
                                                    if sig.needs_grad else ([], [], []))
@@ -427,7 +462,11 @@ class CompiledFunction:
                     built = stages.build(graph, "inference", *options)
 
                     def make(artifacts, random_):
-                        return Entry(artifacts, launcher, random_)
+                        return Entry(artifacts, launcher, random_, wrap_device=wrap_device)
+                elif wrap_device is not None:
+                    raise UnsupportedError("compiled training of a forward (kernels for the "
+                                           "forward and the backward) does not take device "
+                                           "tensors yet; a whole compiled training step does")
                 else:
                     built = stages.build(graph, "training", *options, targets=targets,
                                          wrt=wrt_params + [n for n, _ in wrt_inputs])
@@ -443,15 +482,16 @@ class CompiledFunction:
                 entry.template = holder[0] if holder else None
                 return entry
             return built, make_with_template
-        return _Staged(random, graph, build, step[1] if step is not None else None)
+        return _Staged(random, graph, build, step[1] if step is not None else None, backend)
 
     def _artifact_options(self, plan, stage) -> str:
         writes = sorted(plan.updates.items()) if plan is not None else []
         return f"{self._options};stage={stage};writes={writes}"
 
-    def _artifact(self, stage, name):
-        """The artifact of one ``stages.Stage`` (``name``: inference, forward, backward, step)."""
-        return CompiledArtifact(stage.graph, self._backend, plan=stage.plan, name=self.name,
+    def _artifact(self, stage, name, backend):
+        """The artifact of one ``stages.Stage`` (``name``: inference, forward, backward, step)
+        for ``backend``."""
+        return CompiledArtifact(stage.graph, backend, plan=stage.plan, name=self.name,
                                 options=self._artifact_options(stage.plan, name),
                                 schedule=stage.schedule)
 
@@ -531,7 +571,7 @@ def _differentiated(sig, graph, tensors):
     return wrt_params, wrt_inputs, targets if (wrt_params or wrt_inputs) else []
 
 
-def compile(fn_or_module, backend="numpy", passes=None, disable=None, dynamic=False,
+def compile(fn_or_module, backend=None, passes=None, disable=None, dynamic=False,
             recompile_limit=8):
     """A compiled callable for a Module (its hooks make it run eagerly) or a function."""
     if not callable(fn_or_module):
@@ -546,7 +586,7 @@ def compile(fn_or_module, backend="numpy", passes=None, disable=None, dynamic=Fa
     return CompiledFunction(fn_or_module, **options)
 
 
-def compile_module(module, backend="numpy", passes=None, disable=None, dynamic=False,
+def compile_module(module, backend=None, passes=None, disable=None, dynamic=False,
                    recompile_limit=8):
     """``Module.compile``: compile in place; ``module(x)`` then runs the compiled forward (the
     module's own hooks still run around it, eagerly)."""

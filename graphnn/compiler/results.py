@@ -22,19 +22,21 @@ def result_template(result):
     return None
 
 
-def to_tensors(structure, template=None):
+def to_tensors(structure, template=None, wrap=None):
+    """``structure``'s arrays as tensors in ``template``'s containers: host arrays by default,
+    or whatever ``wrap(array)`` makes of them (device arrays as device tensors)."""
     if structure is None:
         return None
     if isinstance(structure, tuple):
         kind, inner = template if template is not None else (tuple, [None] * len(structure))
-        items = [to_tensors(v, t) for v, t in zip(structure, inner)]
+        items = [to_tensors(v, t, wrap) for v, t in zip(structure, inner)]
         if kind is list:
             return items
         return kind(*items) if hasattr(kind, "_fields") else tuple(items)
     if isinstance(structure, dict):
         inner = template[1] if template is not None else {}
-        return {k: to_tensors(v, inner.get(k)) for k, v in structure.items()}
-    return Tensor._wrap(np.asarray(structure))
+        return {k: to_tensors(v, inner.get(k), wrap) for k, v in structure.items()}
+    return Tensor._wrap(np.asarray(structure)) if wrap is None else wrap(structure)
 
 
 def flat_tensors(structure) -> list:

@@ -233,8 +233,9 @@ def _is_identity(name: str, inputs, attrs: dict, out_types) -> bool:
 
 def layout(t) -> np.ndarray:
     """A zero-footprint array with ``t``'s eager memory layout (strides counted in elements):
-    a concrete tensor's own, a symbolic view's as recorded, else C-contiguous. Never read."""
-    if t._symbol is None:
+    a concrete tensor's own, a symbolic view's as recorded, else C-contiguous (as a device
+    tensor always is). Never read."""
+    if t._symbol is None and not t._on_device:
         data = t._data
         strides = tuple(s // data.itemsize for s in data.strides)
     else:

@@ -1,6 +1,6 @@
 """The signature a compiled artifact is specialised to, and what changed between two.
 
-A call's signature holds, per tensor input, its shape, dtype and ``requires_grad``; the
+A call's signature holds, per tensor input, its shape, dtype, ``requires_grad`` and device; the
 non-tensor arguments (specialised at trace time, so part of the key); per parameter/buffer its
 shape, dtype and ``requires_grad``; the module's training flag, the grad mode and the autocast
 state (a trace records autocast's casts). Two calls with
@@ -29,6 +29,7 @@ class TensorSpec(NamedTuple):
     shape: tuple
     dtype: str
     requires_grad: bool
+    device: str = "cpu"  # where the tensor's storage lives ("cuda:0" for a device tensor)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,9 @@ def _dtype_name(dtype) -> str:
 def spec_of(tensor) -> TensorSpec:
     """The tensor's guard entry, read off its host array as it is (a host copy behind its
     device copy has the right shape and dtype: checking it downloads nothing)."""
+    if tensor._on_device:
+        return TensorSpec(tuple(tensor.shape), tensor.dtype.name, tensor._requires_grad,
+                          str(tensor.device))
     host = tensor._host_array()
     return TensorSpec(host.shape, _dtype_name(host.dtype), tensor._requires_grad)
 
@@ -93,6 +97,8 @@ def _spec_changes(what: str, old: TensorSpec, new: TensorSpec) -> list:
         out.append(f"{what} dtype {old.dtype} -> {new.dtype}")
     if old.requires_grad != new.requires_grad:
         out.append(f"{what} requires_grad {old.requires_grad} -> {new.requires_grad}")
+    if old.device != new.device:
+        out.append(f"{what} device {old.device} -> {new.device}")
     return out
 
 

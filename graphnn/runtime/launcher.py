@@ -24,11 +24,15 @@ buffer, ``.grad``, optimizer state) a kernel has read or written:
 - ``to_host(structure)`` brings results and gradients to the host for eager code.
 
 On a host device (``Device.shares_host``: the NumPy and reference backends) a device array is
-the tensor's own host array: nothing is copied, uploaded or ever stale.
+the tensor's own host array: nothing is copied, uploaded or ever stale. A tensor that lives on
+the device (``tensor._on_device``: its storage is a device array, as a cuda tensor's) is its
+own device copy in the same way: kernels read and update its storage, and the tensors a kernel
+hands out for a call on such tensors live on the device too (``rebind(..., wrap_device)``,
+the compiler's ``wrap_device(device_array) -> tensor``).
 
 The runtime does not import the frontend: tensors are used through ``_data``,
 ``_version_counter``, ``_host_array()`` and ``_mark_host_stale()``, and new tensors are made by
-the ``wrap(host_array)`` the compiler gives (``Tensor._wrap``).
+the ``wrap(host_array)`` the compiler gives (``Tensor._wrap``), or ``wrap_device``.
 """
 from __future__ import annotations
 
@@ -71,7 +75,7 @@ class Launcher:
     def device_array(self, tensor):
         """``tensor``'s device copy, uploaded first when the launcher has none or the host
         changed since (new array or new version)."""
-        if self.device.shares_host:
+        if self.device.shares_host or tensor._on_device:
             return tensor._data
         key = id(tensor)
         copy = self._copies.get(key)
@@ -108,9 +112,10 @@ class Launcher:
         params = self.state_arrays(artifact.param_names, state)
         return artifact.launch(device_arrays, params, self.to_host)
 
-    def upload(self, host: np.ndarray):
-        """A device array of ``host``'s values (``host`` itself on a host device)."""
-        return self.device.upload(host)
+    def upload(self, host):
+        """A device array of ``host``'s values (``host`` itself on a host device, or when it
+        is a device array already)."""
+        return self.device.upload(host) if isinstance(host, np.ndarray) else host
 
     def to_host(self, structure):
         """``structure`` (a kernel's nested outputs) with every array brought to the host."""
@@ -131,15 +136,17 @@ class Launcher:
             if array is not target:
                 device.copy(array, target)
             tensor._version_counter.value += 1
-            if device.shares_host:
+            if device.shares_host or tensor._on_device:
                 continue
             copy = self._copies[id(tensor)]
             copy.version, copy.dirty = tensor._version_counter.value, True
             tensor._mark_host_stale(self._refresher(copy))
 
-    def rebind(self, values: dict, state: dict) -> dict:
+    def rebind(self, values: dict, state: dict, wrap_device=None) -> dict:
         """{name: new tensor} for the values (name -> device array) a kernel stored in Python
-        slots; none shares memory with a state tensor or another of them."""
+        slots; none shares memory with a state tensor or another of them. With
+        ``wrap_device(device_array) -> tensor`` (a call on device tensors) the new tensors
+        live on the device."""
         device = self.device
         owners = {device.owner(array) for array in self._state_on_device(state)}
         tensors = {}
@@ -149,7 +156,7 @@ class Launcher:
                 device.copy(array, fresh)
                 array = fresh
             owners.add(device.owner(array))
-            tensors[name] = self._adopt(array)
+            tensors[name] = self._adopt(array) if wrap_device is None else wrap_device(array)
         return tensors
 
     def _state_on_device(self, state: dict) -> list:
@@ -157,8 +164,9 @@ class Launcher:
         tensor with no device copy shares no memory with a kernel's values)."""
         if self.device.shares_host:
             return [t._data for t in state.values()]
-        copies = (self._copies.get(id(t)) for t in state.values())
-        return [copy.array for copy in copies if copy is not None]
+        copies = (self._copies.get(id(t)) for t in state.values() if not t._on_device)
+        return [copy.array for copy in copies if copy is not None] + \
+            [t._data for t in state.values() if t._on_device]
 
     def _adopt(self, array):
         """A new tensor whose device copy is ``array`` (its host copy made on first read)."""
