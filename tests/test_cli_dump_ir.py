@@ -233,6 +233,26 @@ def test_training_step_function_is_dumped_as_compile_traces_it(capsys, monkeypat
     assert "training step" in message
 
 
+def test_kernels_of_another_backend(capsys, monkeypatch):
+    """--backend triton prints the Triton source (its @triton.jit kernels) and schedules for
+    its kernel kinds; an unknown backend, or --backend without a kernel stage, is a usage
+    error."""
+    monkeypatch.chdir(ROOT)
+    target = [f"{MODELS}:make_mlp", "--input", "4x20"]
+    kernels = _in_process(target + ["--stage", "kernels", "--backend", "triton"], capsys)
+    assert kernels.returncode == 0, kernels.stderr
+    assert "@triton.jit" in kernels.stdout and "def kernel(" in kernels.stdout
+    schedule = _in_process(target + ["--stage", "schedule", "--backend", "triton"], capsys)
+    assert schedule.returncode == 0 and "extern" in schedule.stdout, schedule.stdout
+    step = _in_process(STEP + ["--stage", "kernels", "--backend", "triton"], capsys)
+    assert step.returncode == 0 and "@triton.jit" in step.stdout, step.stderr
+    unknown = _error(_in_process(target + ["--stage", "kernels", "--backend", "cuda"], capsys),
+                     2)
+    assert "--backend" in unknown and "numpy" in unknown
+    assert "--backend needs --stage schedule or kernels" in _error(
+        _in_process(target + ["--stage", "optimized", "--backend", "triton"], capsys), 2)
+
+
 def test_dynamic_kernels_are_written_with_the_batch_size(capsys, monkeypatch, tmp):
     monkeypatch.chdir(ROOT)
     model = _in_process([f"{MODELS}:make_mlp", "--input", "4x20", "--stage", "kernels",

@@ -75,8 +75,8 @@ def add_parser(commands) -> None:
     p.add_argument("--stage", choices=STAGES, default=None,
                    help="traced (the recorded forward; the default), optimized (after the "
                         "pass pipeline), backward (the backward graph of the training step), "
-                        "schedule (the kernels of the optimized graph) or kernels (the NumPy "
-                        "source generated for the optimized graph)")
+                        "schedule (the kernels of the optimized graph) or kernels (the source "
+                        "generated for the optimized graph: see --backend)")
     p.add_argument("--passes", metavar="P1,P2", help="run only these passes (pipeline order)")
     p.add_argument("--disable", metavar="P1,P2", help="skip these passes")
     p.add_argument("--after", metavar="PASS",
@@ -86,6 +86,10 @@ def add_parser(commands) -> None:
                    help="print the unified diff each pass made (only PASS's with --after)")
     p.add_argument("--format", choices=list(FORMATS), default="text",
                    help="text (the IR's text form, the default), json or dot (Graphviz)")
+    p.add_argument("--backend", metavar="NAME", default="numpy",
+                   help="with --stage schedule or kernels: the backend whose kernel kinds the "
+                        "schedule uses and whose source is printed (numpy, the default; "
+                        "triton; reference)")
     p.add_argument("--dynamic", action="store_true",
                    help="with --stage kernels: the kernel graphnn.compile(..., dynamic=True) "
                         "builds for every batch size (sizes written with B); the target is "
@@ -106,20 +110,29 @@ def _step_text(graph: Graph, step, args) -> str:
         if args.passes or args.disable:
             raise UsageError("--passes and --disable need --stage optimized or kernels")
         return FORMATS[args.format](graph)
-    built = stages.build(graph, "step", None, pass_names(args.passes), pass_names(args.disable),
-                         backward=step.backward)
+    backend = _backend(args)
+    built = stages.build(graph, "step", backend, pass_names(args.passes),
+                         pass_names(args.disable), backward=step.backward)
     if stage in ("kernels", "schedule"):
         if args.format != "text":
             raise UsageError(f"--stage {stage} prints text: it takes no --format")
-        return _stage_text(built.stages["step"], stage)
+        return _stage_text(built.stages["step"], stage, backend)
     return FORMATS[args.format](built.stages["step"].graph)
 
 
-def _stage_text(stage, what: str) -> str:
-    """A compiled stage's schedule, or the NumPy source generated for it."""
+def _backend(args):
+    """The ``Backend`` named by ``--backend`` (a UsageError for an unknown name)."""
+    try:
+        return get_backend(args.backend)
+    except Exception as e:  # noqa: BLE001  (the registry's error names the known backends)
+        raise UsageError(f"--backend: {e}") from e
+
+
+def _stage_text(stage, what: str, backend) -> str:
+    """A compiled stage's schedule, or the source ``backend`` generates for it."""
     if what == "schedule":
         return str(stage.schedule)
-    return get_backend("numpy").generate(stage.schedule, stage.plan)
+    return backend.generate(stage.schedule, stage.plan)
 
 
 def _staged_text(graph: Graph, args) -> str:
@@ -134,8 +147,9 @@ def _staged_text(graph: Graph, args) -> str:
         if args.after or args.diff or args.format != "text":
             raise UsageError(f"--stage {stage} prints text: it takes no --after, --diff or "
                              "--format")
-        built = stages.build(graph, "inference", None, passes, disable)
-        return _stage_text(built.stages["inference"], stage)
+        backend = _backend(args)
+        built = stages.build(graph, "inference", backend, passes, disable)
+        return _stage_text(built.stages["inference"], stage, backend)
     if stage == "optimized":
         result = stages.build(graph, "inference", None, passes, disable,
                               keep_text=True).optimized
@@ -167,8 +181,8 @@ def _dynamic_text(callee, inputs, step, args) -> str:
         raise UsageError("--dynamic prints the kernel for every batch size: it needs --stage "
                          "kernels and takes no --after, --diff or --format")
     inputs = allocated(inputs)
-    compiled = compile_fn(callee, dynamic=True, passes=pass_names(args.passes),
-                          disable=pass_names(args.disable))
+    compiled = compile_fn(callee, backend=_backend(args).name, dynamic=True,
+                          passes=pass_names(args.passes), disable=pass_names(args.disable))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CompileWarning)
         if step is None:
@@ -189,6 +203,8 @@ def run(args) -> int:
 
 def _text(args, name: str, callee, inputs) -> str:
     """What dump-ir prints for the prepared target."""
+    if args.backend != "numpy" and args.stage not in ("kernels", "schedule"):
+        raise UsageError("--backend needs --stage schedule or kernels")
     graph, step = traced_target("dump-ir", name, callee, inputs)
     if args.dynamic:
         return _dynamic_text(callee, inputs, step, args)
