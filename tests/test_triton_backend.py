@@ -5,8 +5,8 @@ and the NumPy backend; and ahead-of-time compilation of its kernels for sm80 and
 every kernel runs in the interpreter (about 3 ms per program, so shapes keep grids at 64
 programs or fewer). ``triton-small`` is the backend with ``SMALL_BLOCKS``: small shapes then
 run several programs per launch and reductions loop over column blocks. The conformance suite
-(``test_backend_conformance.py``) runs every op sample, gradient and model of the zoo on
-``triton`` too. bfloat16 numerics cannot be checked by the interpreter (it computes bf16 on bit
+(``test_backend_conformance.py``, where "triton" is in ``conformance.BACKENDS``) runs every op
+sample, gradient and model of the zoo on it too. bfloat16 numerics cannot be checked by the interpreter (it computes bf16 on bit
 patterns and truncates when it rounds to bf16): the backend has no bf16 test here.
 """
 from __future__ import annotations
@@ -26,9 +26,7 @@ from compile_helpers import isolated_cache  # noqa: F401  (autouse: a kernel cac
 from op_db import OP_DB
 from test_op_forward import assert_close_to, reference
 
-import test_backend_conformance as suite
-from conformance import REFERENCE, compiled_only
-from test_compile_step import assert_same_value
+from conformance import compiled_only
 
 import graphnn
 import graphnn.nn.functional as F
@@ -118,42 +116,6 @@ def test_op_samples_with_small_blocks_match_torch_and_numpy(name, dtype, isolate
                                        atol=1e-3 if dtype == np.float16 else 1e-6)
     on_host = _host_ops(_sources(isolated_cache))
     assert on_host <= set(ON_HOST), f"{name} {dtype}: {sorted(on_host)} ran on the host"
-
-
-# ---- the conformance suite ---------------------------------------------------------------------
-# Every check of test_backend_conformance.py runs on "triton" here, with one difference: whole
-# training steps are compared within STEP_TOL instead of MODEL_TOL (1e-5). Triton sums in
-# another order than NumPy (tree reductions, as on a GPU), so its values differ from the
-# interpreter's in the last bits; three SGD or Adam steps of the zoo's LM amplify that to about
-# 1e-5 (the reference backend itself is 1.5e-5 from eager execution there), one element past
-# MODEL_TOL. "triton" joins conformance.BACKENDS once the suite takes a tolerance per backend.
-STEP_TOL = 1e-4
-
-
-@pytest.mark.parametrize("name, dtype", suite._op_dtypes(), ids=lambda x: str(x))
-def test_conformance_op_samples(name, dtype):
-    suite.test_op_samples_equal_interpreter("triton", name, dtype)
-
-
-@pytest.mark.parametrize("name", suite.GRAD_OPS)
-def test_conformance_op_gradients(name):
-    suite.test_op_gradients_equal_reference_and_eager("triton", name)
-
-
-@pytest.mark.parametrize("name", list(suite.ZOO))
-def test_conformance_zoo_forward_and_gradients(name):
-    suite.test_zoo_forward_and_gradients("triton", name)
-
-
-@pytest.mark.parametrize("name, opt_name", [(n, o) for n in suite.ZOO
-                                            for o in suite.STEP_OPTIMIZERS])
-def test_conformance_zoo_training_steps(name, opt_name):
-    got = suite._training_steps(name, opt_name, "triton")
-    for other in (REFERENCE, None):
-        for i, (ours, theirs) in enumerate(zip(got, suite._training_steps(name, opt_name,
-                                                                          other))):
-            assert_same_value(ours, theirs, f"triton: {name} {opt_name} step {i} vs "
-                              f"{other or 'eager'}", STEP_TOL)
 
 
 # ---- reductions: any dims, persistent and looped --------------------------------------------
