@@ -17,6 +17,7 @@ import warnings
 
 import numpy as np
 
+from .results import map_tensors
 from ..frontend.random import get_rng_state, set_rng_state
 from ..frontend.tensor import Tensor
 from ..ir.printer import format_const
@@ -77,19 +78,10 @@ def resized(args, kwargs, tensors, positions, size):
         probe = Tensor._wrap(np.zeros((size,) + t._data.shape[1:], t._data.dtype))
         swap[id(t)] = probe.requires_grad_(True) if t.requires_grad else probe
 
-    def walk(v):
-        if isinstance(v, Tensor):
-            return swap.get(id(v), v)
-        if isinstance(v, (tuple, list)):
-            items = [walk(x) for x in v]
-            if isinstance(v, list):
-                return items
-            return type(v)(*items) if hasattr(v, "_fields") else tuple(items)
-        if isinstance(v, dict):
-            return {k: walk(x) for k, x in v.items()}
-        return v
-
-    return walk(args), walk(kwargs), [swap.get(id(t), t) for t in tensors]
+    def swapped(t):
+        return swap.get(id(t), t)
+    return map_tensors(swapped, args), map_tensors(swapped, kwargs), \
+        [swapped(t) for t in tensors]
 
 
 class DynamicBatch:

@@ -2,8 +2,9 @@
 
 ``result_template(result)`` records the containers of an eager result (list, tuple,
 namedtuple, dict); ``to_tensors(structure, template)`` wraps a kernel's output arrays in them;
-``flat_tensors`` lists the tensors of a result in order; ``detached`` is an eager result as
-a compiled step returns it (tensors without autograd history).
+``flat_tensors`` lists the tensors of a result in order; ``map_tensors`` replaces them in
+their containers, and ``detached`` is an eager result as a compiled step returns it (tensors
+without autograd history).
 """
 from __future__ import annotations
 
@@ -49,16 +50,22 @@ def flat_tensors(structure) -> list:
     return []
 
 
+def map_tensors(fn, structure):
+    """``structure`` with each tensor replaced by ``fn(tensor)``, in the same containers
+    (lists, tuples, namedtuples, dicts); other leaves as they are."""
+    if isinstance(structure, Tensor):
+        return fn(structure)
+    if isinstance(structure, (tuple, list)):
+        items = [map_tensors(fn, v) for v in structure]
+        if isinstance(structure, list):
+            return items
+        return type(structure)(*items) if hasattr(structure, "_fields") else tuple(items)
+    if isinstance(structure, dict):
+        return {k: map_tensors(fn, v) for k, v in structure.items()}
+    return structure
+
+
 def detached(result):
     """``result`` with each tensor detached, in the same containers: what a compiled step
     returns, for the eager call that creates a step's state."""
-    if isinstance(result, Tensor):
-        return result.detach()
-    if isinstance(result, (tuple, list)):
-        items = [detached(v) for v in result]
-        if isinstance(result, list):
-            return items
-        return type(result)(*items) if hasattr(result, "_fields") else tuple(items)
-    if isinstance(result, dict):
-        return {k: detached(v) for k, v in result.items()}
-    return result
+    return map_tensors(Tensor.detach, result)
