@@ -547,7 +547,7 @@ def test_train_eval_toggle_recompiles():
     # eval with no grads yet (run eagerly, creating them; eval/grads compiled at its end),
     # train/grads; then both reused
     assert step.compiles == 2, step.recompile_reasons
-    assert "module modes" in step.recompile_reasons[-1]
+    assert "train/eval mode of " in step.recompile_reasons[-1]
 
 
 def test_new_batch_size_recompiles():

@@ -119,6 +119,26 @@ def reachable(fn) -> dict:
     return found
 
 
+_SIMPLE = (bool, int, float, str, type(None))
+
+
+def _attribute_key(module) -> tuple:
+    """What a trace of ``module``'s forward may have baked in from its plain attributes: the
+    ``repr`` of each number, string, bool or None (and tuples of them), and the identity and
+    version of each tensor that is not a registered parameter or buffer (a trace makes it a
+    constant). A change of any makes a new signature, so the forward is traced again."""
+    out = []
+    for key, value in vars(module).items():
+        if key.startswith("_") or key == "training":
+            continue
+        if isinstance(value, _SIMPLE) or (isinstance(value, tuple) and
+                                          all(isinstance(v, _SIMPLE) for v in value)):
+            out.append((key, repr(value)))
+        elif isinstance(value, Tensor):
+            out.append((key, f"tensor {id(value):#x} version {value._version_counter.value}"))
+    return tuple(out)
+
+
 class StepState:
     def __init__(self, fn):
         self._fn, self._named = fn, None
@@ -155,13 +175,16 @@ class StepState:
     # ---- naming --------------------------------------------------------------------------------
     def _walk(self):
         """One walk over the modules: ([(name, tensor, kind)] of module state and optimizer
-        parameters, each tensor once; [(path, module)] of every module; train flags)."""
+        parameters, each tensor once; [(path, module)] of every module; ((path, train flag)
+        per module, (path.attribute, key) per plain attribute (``_attribute_key``)))."""
         self.refresh()
-        seen, out, modules, training = set(), [], [], []
+        seen, out, modules, training, attributes = set(), [], [], [], []
         for prefix, root in self.modules.items():
             for path, m in root.named_modules(prefix=prefix):
                 modules.append((path, m))
-                training.append(m.training)
+                training.append((path or "<root>", m.training))
+                attributes += [(f"{path}.{key}" if path else key, value)
+                               for key, value in _attribute_key(m)]
                 dot = path + "." if path else ""
                 skip = m._non_persistent_buffers_set
                 for kind, table in (("param", m._parameters), ("buffer", m._buffers)):
@@ -180,7 +203,7 @@ class StepState:
             if id(t) not in seen:
                 seen.add(id(t))
                 out.append((name, t, "param" if t.requires_grad and t.is_leaf else "buffer"))
-        return out, modules, tuple(training)
+        return out, modules, (tuple(training), tuple(attributes))
 
     def _named_state(self) -> list:
         return self._walk()[0]
@@ -190,13 +213,13 @@ class StepState:
 
     def read(self) -> "CallState":
         """What one call needs, in one walk: bindings, the key and the modules (for hooks)."""
-        named, modules, training = self._walk()
+        named, modules, (modes, attributes) = self._walk()
         hooked = [name for name, t, kind in named if self.gradients and kind == "param"
                   and t._accum is not None and any(t._accum.hooks.values())]
         identity = tuple(id(t) for _, t, kind in named if kind == "param") + tuple(
             id(opt) for opt in self.optimizers.values())
-        return CallState(self._bindings(named), self._key(training) + (identity,), modules,
-                         hooked)
+        return CallState(self._bindings(named), self._key(modes) + (identity, attributes),
+                         modules, hooked)
 
     def bindings(self) -> list:
         """Every state tensor a call reads, named (see the module docstring)."""

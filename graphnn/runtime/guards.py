@@ -1,11 +1,22 @@
 """The signature a compiled artifact is specialised to, and what changed between two.
 
-A call's signature holds, per tensor input, its shape, dtype, ``requires_grad`` and device; the
-non-tensor arguments (specialised at trace time, so part of the key); per parameter/buffer its
-shape, dtype and ``requires_grad``; the module's training flag, the grad mode and the autocast
-state (a trace records autocast's casts). Two calls with
-equal signatures can run the same kernel. ``describe_change`` says, readably, why a new
-signature needed a recompile (``input 0 shape [32,3,32,32] -> [16,3,32,32]``). With
+The guard rules, in one place. A call's signature holds:
+
+- per tensor input, its shape, dtype, ``requires_grad`` and device;
+- the non-tensor arguments (specialised at trace time, so part of the key);
+- per parameter/buffer (and, for a traced function, gradient and optimizer state) its shape,
+  dtype, ``requires_grad`` and device;
+- the module's training flag, the grad mode and the autocast state (a trace records autocast's
+  casts);
+- the context a trace read (``compiler.step_state``): optimizer settings, each module's
+  train/eval mode, non-tensor optimizer state, which parameter and optimizer objects these are,
+  and each module's plain attributes: the ``repr`` of numbers, bools, strings, None and tuples
+  of them, and the identity and version of tensors that are not registered parameters or
+  buffers (a trace bakes them in as constants, so rebinding one or writing it in place counts).
+
+Two calls with equal signatures can run the same kernel. ``describe_change`` says, readably,
+why a new signature needed a recompile (``input 0 shape [32,3,32,32] -> [16,3,32,32]``,
+``module attributes of 'drop.p' '0.1' -> '0.2'``, naming only what changed). With
 ``dynamic=True`` the batch dimension is left open (``None``, printed ``B``) by
 ``with_dynamic_batch``, so one signature covers every batch size.
 """
@@ -102,8 +113,9 @@ def _spec_changes(what: str, old: TensorSpec, new: TensorSpec) -> list:
     return out
 
 
-_CONTEXT_PARTS = ("optimizer settings", "module modes (train flags)", "optimizer step state",
-                  "parameter or optimizer objects")
+_CONTEXT_PARTS = ("optimizer settings", "train/eval mode", "optimizer step state",
+                  "parameter or optimizer objects", "module attributes")
+_NAMED_PARTS = ("train/eval mode", "module attributes")  # ((name, value), ...): name the changes
 
 
 def _context_changes(old: tuple, new: tuple) -> list:
@@ -112,9 +124,22 @@ def _context_changes(old: tuple, new: tuple) -> list:
         return [f"context {old} -> {new}"]
     out = []
     for part, a, b in zip(_CONTEXT_PARTS, old, new):
-        if a != b:
+        if a == b:
+            continue
+        if part in _NAMED_PARTS:
+            out.append(f"{part} of {_named_changes(dict(a), dict(b))}")
+        else:
             out.append(f"{part} changed" if part.endswith("objects") else f"{part} {a} -> {b}")
     return out
+
+
+def _named_changes(old: dict, new: dict, shown=4) -> str:
+    """``'drop.p' 0.1 -> 0.2, 'fc' True -> False``: the names whose values differ (at most
+    ``shown``, then a count)."""
+    names = [n for n in dict.fromkeys([*old, *new]) if old.get(n) != new.get(n)]
+    text = ", ".join(f"'{n}' {old.get(n, 'unset')} -> {new.get(n, 'unset')}"
+                     for n in names[:shown])
+    return text + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def _names(names, shown=4) -> str:
