@@ -25,7 +25,7 @@ import inspect
 from dataclasses import dataclass
 
 from ..frontend.tensor import Tensor
-from ..nn.module import Module
+from ..nn.module import Module, plain_attribute_writes
 from ..optim.optimizer import Optimizer
 
 
@@ -141,7 +141,7 @@ def _attribute_key(module) -> tuple:
 
 class StepState:
     def __init__(self, fn):
-        self._fn, self._named = fn, None
+        self._fn, self._named, self._attribute_cache = fn, None, None
         self.modules, self.optimizers, self.tensors = {}, {}, {}
         self.gradients = True  # gradients are state the function may read and rebind
         self.refresh()
@@ -151,7 +151,7 @@ class StepState:
         """A compiled module's forward: its own state under its state_dict keys; gradients
         and optimizers are not the forward's business."""
         self = cls.__new__(cls)
-        self._fn, self._named = None, None
+        self._fn, self._named, self._attribute_cache = None, None, None
         self.modules, self.optimizers, self.tensors, self.gradients = {"": module}, {}, {}, False
         return self
 
@@ -178,13 +178,11 @@ class StepState:
         parameters, each tensor once; [(path, module)] of every module; ((path, train flag)
         per module, (path.attribute, key) per plain attribute (``_attribute_key``)))."""
         self.refresh()
-        seen, out, modules, training, attributes = set(), [], [], [], []
+        seen, out, modules, training = set(), [], [], []
         for prefix, root in self.modules.items():
             for path, m in root.named_modules(prefix=prefix):
                 modules.append((path, m))
                 training.append((path or "<root>", m.training))
-                attributes += [(f"{path}.{key}" if path else key, value)
-                               for key, value in _attribute_key(m)]
                 dot = path + "." if path else ""
                 skip = m._non_persistent_buffers_set
                 for kind, table in (("param", m._parameters), ("buffer", m._buffers)):
@@ -203,7 +201,25 @@ class StepState:
             if id(t) not in seen:
                 seen.add(id(t))
                 out.append((name, t, "param" if t.requires_grad and t.is_leaf else "buffer"))
-        return out, modules, (tuple(training), tuple(attributes))
+        return out, modules, (tuple(training), self._attributes(modules))
+
+    def _attributes(self, modules) -> tuple:
+        """((path.attribute, key), ...) of the modules' plain attributes (``_attribute_key``),
+        read again only when a module attribute was assigned or deleted since the last call,
+        the modules are others, or a tensor attribute's version moved."""
+        writes, ids = plain_attribute_writes(), tuple(id(m) for _, m in modules)
+        cached = self._attribute_cache
+        if cached is not None and cached[0] == writes and cached[1] == ids and all(
+                t._version_counter.value == v for t, v in cached[3]):
+            return cached[2]
+        attributes, tensors = [], []
+        for path, m in modules:
+            for key, value in _attribute_key(m):
+                attributes.append((f"{path}.{key}" if path else key, value))
+            tensors += [(v, v._version_counter.value) for k, v in vars(m).items()
+                        if isinstance(v, Tensor) and not k.startswith("_")]
+        self._attribute_cache = (writes, ids, tuple(attributes), tensors)
+        return self._attribute_cache[2]
 
     def _named_state(self) -> list:
         return self._walk()[0]

@@ -67,6 +67,14 @@ def _addindent(text: str, spaces: int) -> str:
 
 
 _REGISTRIES = ("_parameters", "_buffers", "_modules")
+_plain_writes = [0]  # plain (unregistered) attribute assignments and deletions on any Module
+
+
+def plain_attribute_writes() -> int:
+    """How many plain attributes have been set or deleted on Modules so far: unchanged, no
+    module's plain attributes have been rebound (compiled code's guards cache on it; an
+    in-place write into a tensor attribute moves its version instead)."""
+    return _plain_writes[0]
 _HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
                "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_backward_pre_hooks",
                "_backward_hooks", "_state_dict_hooks", "_state_dict_pre_hooks",
@@ -176,6 +184,7 @@ class Module(HookMixin, StateMixin):
                 name not in self._non_persistent_buffers_set
             self.register_buffer(name, value, persistent)
         else:
+            _plain_writes[0] += 1
             object.__setattr__(self, name, value)
 
     def _forget(self, name: str, keep: str) -> None:
@@ -199,6 +208,7 @@ class Module(HookMixin, StateMixin):
                 del self.__dict__[registry][name]
                 self._non_persistent_buffers_set.discard(name)
                 return
+        _plain_writes[0] += 1
         object.__delattr__(self, name)
 
     def __dir__(self):
