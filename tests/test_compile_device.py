@@ -95,8 +95,42 @@ def test_what_compiled_code_does_not_take_on_a_device_runs_eagerly_and_says_why(
     with pytest.warns(CompileWarning, match="different devices"), \
             pytest.raises(DeviceError, match="cuda:0.*cpu|cpu.*cuda:0"):
         mixed(x, graphnn.randn(4, 3))  # eager's own error
-    model.compile()  # a training forward (forward and backward kernels): not yet on a device
-    with pytest.warns(CompileWarning, match="does not take device tensors yet"):
-        got = model(x)
-    got.sum().backward()
-    assert model.weight.grad.device == CUDA
+
+
+@pytest.mark.parametrize("loss_inside", [False, True], ids=["logits", "scalar_loss"])
+def test_model_compile_trains_on_the_device_as_on_the_cpu(loss_inside):
+    """``model.compile()`` on cuda: the forward and backward kernels run on the device, the
+    backward's gradients come back as cuda tensors into ``.grad`` (incoming gradients fed
+    from the tape for logits; a returned scalar loss scaled), equal to the CPU run."""
+    graphnn.manual_seed(2)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
+
+        def forward(self, x, y):
+            logits = self.body(x)
+            return nn.functional.cross_entropy(logits, y) if loss_inside else logits
+
+    cpu_model = Net()
+    model = copy.deepcopy(cpu_model).cuda()
+    model.compile()
+    opts = [graphnn.optim.AdamW(m.parameters(), lr=1e-2) for m in (model, cpu_model)]
+    for i in range(3):
+        x, y = graphnn.randn(6, 5), graphnn.randint(0, 3, (6,))
+        losses = []
+        for m, opt, (xs, ys) in ((model, opts[0], (x.cuda(), y.cuda())),
+                                 (cpu_model, opts[1], (x, y))):
+            out = _quietly(m, xs, ys) if m is model else m(xs, ys)
+            loss = out if loss_inside else nn.functional.cross_entropy(out, ys)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5, err_msg=f"step {i}")
+        for p, q in zip(model.parameters(), cpu_model.parameters()):
+            assert p.grad.device == CUDA
+            np.testing.assert_allclose(p.detach().cpu().numpy(), q.detach().numpy(),
+                                       rtol=1e-5, atol=1e-6, err_msg=f"step {i}")
+    assert model.forward.compiles == 1

@@ -60,7 +60,6 @@ from ..frontend.autocast import state_key as autocast_state
 from ..frontend.grad_mode import is_grad_enabled
 from ..frontend.random import get_rng_state, set_rng_state
 from ..frontend.tensor import Tensor
-from ..ir.errors import UnsupportedError
 from ..ir.graph import flatten_structure
 from ..ir.registry import get_op
 from ..nn import hooks as H
@@ -463,10 +462,6 @@ class CompiledFunction:
 
                     def make(artifacts, random_):
                         return Entry(artifacts, launcher, random_, wrap_device=wrap_device)
-                elif wrap_device is not None:
-                    raise UnsupportedError("compiled training of a forward (kernels for the "
-                                           "forward and the backward) does not take device "
-                                           "tensors yet; a whole compiled training step does")
                 else:
                     built = stages.build(graph, "training", *options, targets=targets,
                                          wrt=wrt_params + [n for n, _ in wrt_inputs])
@@ -474,8 +469,9 @@ class CompiledFunction:
                     def make(artifacts, random_):
                         tape = TapeBackward(artifacts["forward"], artifacts["backward"],
                                             launcher, wrt_params, wrt_inputs, built.targets,
-                                            name)
-                        return Entry(artifacts, launcher, random_, tape=tape)
+                                            name, wrap_device)
+                        return Entry(artifacts, launcher, random_, tape=tape,
+                                     wrap_device=wrap_device)
 
             def make_with_template(artifacts, random_):
                 entry = make(artifacts, random_)

@@ -5,7 +5,7 @@ updates, saved values) and the backward's (gradients). An ``Entry`` runs the for
 ``TapeBackward`` puts the differentiated results on the eager tape with a ``CompiledNode``
 whose backward runs the backward kernel through the same launcher, reading the saved values
 where the forward left them (on the device), so ``loss.backward()`` fills ``.grad`` as eager
-autograd does.
+autograd does (with device tensors for a call on device tensors).
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import numpy as np
 from .results import flat_tensors
 from ..frontend.compiled_node import attach
 from ..frontend.grad_mode import is_grad_enabled
+from ..frontend.creation import zeros_like
 from ..frontend.tensor import Tensor
 from ..ir.errors import UnsupportedError
 
@@ -25,11 +26,13 @@ class TapeBackward:
     gradients (its ``grad`` inputs, in order) are fed one per target; without any, the one
     target is a scalar whose backward was built for a unit gradient, scaled afterwards.
     ``wrt_params`` are parameter names, ``wrt_inputs`` (graph input name, position in the
-    call's tensors) pairs.
+    call's tensors) pairs. ``wrap_device`` (a call on device tensors): the gradients stay on
+    the device, as device tensors.
     """
 
-    def __init__(self, forward, backward, launcher, wrt_params, wrt_inputs, targets, name):
-        self.backward, self.launcher = backward, launcher
+    def __init__(self, forward, backward, launcher, wrt_params, wrt_inputs, targets, name,
+                 wrap_device=None):
+        self.backward, self.launcher, self.wrap_device = backward, launcher, wrap_device
         self.wrt_params, self.wrt_inputs = wrt_params, wrt_inputs
         self.targets, self.name = targets, name
         self.backward_inputs = [v.name for v in backward.graph.inputs]
@@ -65,23 +68,26 @@ class TapeBackward:
             raise UnsupportedError(
                 f"{self.name}: backward through compiled code with create_graph=True "
                 f"(higher-order gradients) is not supported; run the model eagerly")
-        launcher = self.launcher
+        launcher, on_device = self.launcher, self.wrap_device is not None
         feed_now, scale = dict(feed), None
         for g, key, t in zip(grads, self.grad_feeds, flat_targets):
-            g = np.zeros(t.shape, t.dtype.np) if g is None else g.detach()._data
+            g = (zeros_like(t) if g is None else g.detach())._data
             if key is None:
-                scale = None if (g.shape == () and g == 1) else g
-            else:
-                feed_now[key] = launcher.upload(np.asarray(g, order="C"))  # a 0-d stays 0-d
+                scale = None if (tuple(g.shape) == () and bool(g == 1)) else g
+            else:  # a host gradient contiguous (a 0-d stays 0-d); a device one is
+                feed_now[key] = launcher.upload(g if on_device else np.asarray(g, order="C"))
         returned = launcher.launch(self.backward, [feed_now[n] for n in self.backward_inputs],
                                    state)
-        res = launcher.to_host(self.backward.graph.unpack(returned)["grad"])
+        res = self.backward.graph.unpack(returned)["grad"]
+        if not on_device:
+            res = launcher.to_host(res)
         out = []
         for n in names:
             a = res[n]
             if scale is not None:
-                a = (a * scale).astype(a.dtype, copy=False)
-            out.append(Tensor._wrap(np.asarray(a)))
+                a = (a * scale).to(a.dtype) if on_device else \
+                    (a * scale).astype(a.dtype, copy=False)
+            out.append(self.wrap_device(a) if on_device else Tensor._wrap(np.asarray(a)))
         return out
 
 
