@@ -176,6 +176,79 @@ def test_nan_inf_and_empty():
             assert a.shape == tuple(b.shape)
 
 
+# ---- GEMM: matmul and matmul_epilogue ---------------------------------------------------------
+
+GEMM_SHAPES = [((19, 37), (37, 23)),  # M, N, K not multiples of the blocks: several K steps
+               ((2, 1, 21, 17), (3, 17, 18)),  # broadcast batch dims
+               ((17,), (3, 17, 5)), ((2, 5, 33), (33,)),  # a 1-D operand
+               ((3, 0, 4), (4, 5)), ((4, 0), (0, 6))]  # empty result, empty contraction
+GEMM_DTYPES = [np.float32, np.float64, np.float16]
+ACTIVATIONS = {"none": lambda z: z, "relu": torch.relu,
+               "gelu": torch.nn.functional.gelu,
+               "gelu_tanh": lambda z: torch.nn.functional.gelu(z, approximate="tanh"),
+               "silu": torch.nn.functional.silu, "tanh": torch.tanh}
+
+
+def _gemm_tolerance(dtype) -> dict:
+    return {np.float16: dict(rtol=2e-3, atol=2e-3), np.float32: dict(rtol=1e-5, atol=1e-5),
+            np.float64: dict(rtol=1e-12, atol=1e-12)}[dtype]
+
+
+def _check_gemm(name, attrs, arrays, expected, cache, dtype) -> None:
+    """``name`` with ``attrs`` on ``arrays`` with small blocks: equal to ``expected`` (a torch
+    tensor computed in float64) and to the NumPy backend, and run in a Triton kernel."""
+    got = _run(_compile_op(name, attrs, SMALL), arrays)[0]
+    numpy_got = _run(_compile_op(name, attrs, "numpy"), arrays)[0]
+    assert got.dtype == numpy_got.dtype == dtype and got.shape == tuple(expected.shape)
+    tol = _gemm_tolerance(dtype)
+    np.testing.assert_allclose(got, expected.numpy().astype(dtype), equal_nan=True, **tol)
+    np.testing.assert_allclose(got, numpy_got, equal_nan=True, **tol)
+    assert _host_ops(_sources(cache)) == set() and "tl.dot(" in _sources(cache)
+
+
+@pytest.mark.parametrize("dtype", GEMM_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shapes", GEMM_SHAPES, ids=str)
+def test_matmul_ragged_and_batched_matches_torch_and_numpy(shapes, dtype, isolated_cache):
+    rng = np.random.default_rng(4)
+    a, b = (rng.standard_normal(s).astype(dtype) for s in shapes)
+    expected = torch.from_numpy(a).double() @ torch.from_numpy(b).double()
+    _check_gemm("matmul", {}, [a, b], expected, isolated_cache, dtype)
+
+
+@pytest.mark.parametrize("dtype", GEMM_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+@pytest.mark.parametrize("bias, residual", [(False, False), (True, False), (False, True),
+                                            (True, True)])
+def test_matmul_epilogue_every_combination(bias, residual, activation, dtype, isolated_cache):
+    """act(a @ b + bias + residual) on a batched ragged product, each operand present or not
+    and each activation, against PyTorch in float64 and the NumPy backend."""
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal(s).astype(dtype) for s in
+              [(2, 19, 21), (21, 18)] + [(18,)] * bias + [(2, 19, 18)] * residual]
+    t = [torch.from_numpy(x).double() for x in arrays]
+    z = t[0] @ t[1] + sum(t[2:], torch.zeros(()))
+    attrs = {"bias": bias, "residual": residual, "activation": activation}
+    _check_gemm("matmul_epilogue", attrs, arrays, ACTIVATIONS[activation](z), isolated_cache,
+                dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+def test_matmul_propagates_nan_and_inf(dtype, isolated_cache):
+    """NaN and inf in either operand reach exactly the results they reach in PyTorch (and no
+    result outside the operands' ragged edges); inf - inf is NaN."""
+    a = np.ones((19, 20), dtype)
+    b = np.ones((20, 17), dtype)
+    a[3, 5], a[7, 0], a[7, 1] = np.nan, np.inf, -np.inf
+    b[19, 16], b[4, 2] = np.inf, np.nan
+    expected = torch.from_numpy(a) @ torch.from_numpy(b)
+    _check_gemm("matmul", {}, [a, b], expected.double(), isolated_cache, dtype)
+    bias = np.zeros(17, dtype)
+    bias[0] = -np.inf
+    _check_gemm("matmul_epilogue", {"bias": True, "residual": False, "activation": "relu"},
+                [a, b, bias], torch.relu(expected.double() + torch.from_numpy(bias).double()),
+                isolated_cache, dtype)
+
+
 # ---- small models ------------------------------------------------------------------------------
 
 class _Block(nn.Module):
@@ -204,12 +277,13 @@ def _torch_block(m, x):
                                           torch.from_numpy(m.fc2.bias.detach().numpy()))
 
 
-def test_mlp_forward_matches_torch():
+def test_mlp_forward_matches_torch(isolated_cache):
     graphnn.manual_seed(0)
     model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 10))
     x = np.random.default_rng(1).standard_normal((13, 20)).astype(np.float32)
     model.compile(backend="triton")
     (got,) = _run(model, [x])
+    assert _host_ops(_sources(isolated_cache)) == set()
     l1, l2 = model[0], model[2]
     h = torch.relu(torch.from_numpy(x) @ torch.from_numpy(l1.weight.detach().numpy()).T
                    + torch.from_numpy(l1.bias.detach().numpy()))
@@ -308,8 +382,8 @@ def test_backend_imports_without_torch_and_triton_and_names_the_extra_when_used(
 
 def _stages():
     """(label, stage) for the graphs whose kernels the tests above run: the block and the
-    reductions as training (forward and backward), one sample of each kernel op as
-    inference."""
+    reductions as training (forward and backward), one sample of each kernel op, the GEMM
+    shapes and every activation of a fused GEMM as inference."""
     graphnn.manual_seed(0)
     graph = graphnn.trace(_Block(), graphnn.tensor(np.zeros((2, 7, 24), np.float32)))
     yield from (("block " + k, s) for k, s in stages.build(graph, "training", BACKEND)
@@ -326,6 +400,18 @@ def _stages():
                                   *[graphnn.tensor(a) for a in sample.inputs])
             yield f"{name} {np.dtype(dt).name}", stages.build(graph, "inference", BACKEND) \
                 .stages["inference"]
+    for dt in GEMM_DTYPES:
+        for shapes in GEMM_SHAPES:
+            graph = graphnn.trace(_op("matmul", {}),
+                                  *[graphnn.tensor(np.zeros(s, dt)) for s in shapes])
+            yield f"matmul {shapes} {np.dtype(dt).name}", \
+                stages.build(graph, "inference", BACKEND).stages["inference"]
+        for activation in ACTIVATIONS:
+            attrs = {"bias": True, "residual": True, "activation": activation}
+            graph = graphnn.trace(_op("matmul_epilogue", attrs), *[
+                graphnn.tensor(np.zeros(s, dt)) for s in [(2, 5, 7), (7, 9), (9,), (2, 5, 9)]])
+            yield f"matmul_epilogue {activation} {np.dtype(dt).name}", \
+                stages.build(graph, "inference", BACKEND).stages["inference"]
 
 
 # Run in a fresh process: once triton is imported under TRITON_INTERPRET=1 its own library
@@ -361,14 +447,15 @@ print(count)
 
 def test_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
     """The GPU form of every kernel generated for the graphs above (default and small blocks)
-    compiles to PTX without a GPU, for sm80, and the block's and the reductions' for sm90 too
+    compiles to PTX without a GPU, for sm80, and the block's, the reductions' and the GEMMs'
+    for sm90 too
     (the op samples' pointwise kernels go through the same frontend for both; compiling them
     twice would double this test's ~40 s): this catches code that the interpreter accepts and
     the compiler rejects."""
     paths = []
     for k, (label, stage) in enumerate(_stages()):
         # an op sample's kernels differ between block sizes only in numbers (compiled once)
-        sample = stage.graph.name.startswith("op_")
+        sample = stage.graph.name.startswith("op_") and not label.startswith("matmul")
         for blocks in [kernels.DEFAULT_BLOCKS] + ([] if sample else [SMALL_BLOCKS]):
             path = tmp_path / f"m{k}_{blocks.row}{'' if sample else '_sm90'}.py"
             path.write_text(f"# {label!r}\n" + generate(stage.schedule, stage.plan, blocks=blocks,

@@ -1,11 +1,11 @@
-"""The Triton backend: pointwise and reduction kernels generated as ``@triton.jit`` functions,
-run on torch tensors (``cuda``, or the CPU under ``TRITON_INTERPRET=1``).
+"""The Triton backend: pointwise, reduction and GEMM kernels generated as ``@triton.jit``
+functions, run on torch tensors (``cuda``, or the CPU under ``TRITON_INTERPRET=1``).
 
-``BACKEND`` is its ``Backend``. Its kernel kinds are pointwise and reduction (multi-update
-kernels are split into one launch per node); the scheduler externs every other kind, and the
+``BACKEND`` is its ``Backend``. Its kernel kinds are pointwise, reduction and GEMM (multi-update
+kernels are split into pointwise groups); the scheduler externs every other kind, and the
 generated module runs those ops' registry implementations on host arrays. Its native ops are
-the registry's core ops plus the elementwise and reduction ops its templates lower; the rest
-arrives decomposed. Importing it needs neither torch nor triton; using it does (the ``triton``
+the registry's core ops plus the elementwise and reduction ops its templates lower and
+``matmul_epilogue``; the rest arrives decomposed. Importing it needs neither torch nor triton; using it does (the ``triton``
 extra).
 """
 from graphnn.ir.registry import core_ops
@@ -14,6 +14,7 @@ from graphnn.ir.schedule import KernelKind
 from ..backend import Backend, import_kernel_file
 from .backend import BACKEND_VERSION, generate
 from .device import DEVICE, require_torch
+from .gemm import GEMM_OPS
 from .kernels import PIVOTS
 from .ops import ELEMENTWISE_OPS
 
@@ -31,5 +32,5 @@ def load(path: str):
 
 BACKEND = Backend(name="triton", version=BACKEND_VERSION, device=DEVICE,
                   kernel_kinds=frozenset({KernelKind.POINTWISE, KernelKind.REDUCTION,
-                                          KernelKind.MULTI_UPDATE}),
-                  native_ops=core_ops() | ELEMENTWISE_OPS | PIVOTS, generate=generate, load=load)
+                                          KernelKind.GEMM, KernelKind.MULTI_UPDATE}),
+                  native_ops=core_ops() | ELEMENTWISE_OPS | PIVOTS | GEMM_OPS, generate=generate, load=load)

@@ -2,13 +2,13 @@
 
 ``generate(schedule, plan=None, kernel_id=None, blocks=DEFAULT_BLOCKS, interpreter_form=None)``
 returns a module defining one ``@triton.jit`` function per pointwise and reduction kernel
-(``kernels.py``) and ``kernel(inputs, params, buffers)``, which runs the units
+(``kernels.py``) and per GEMM kernel (``gemm.py``), and ``kernel(inputs, params, buffers)``, which runs the units
 (``units.py``) in schedule order on device tensors:
 
-- pointwise and reduction kernels: a fresh output tensor per write, then one launch;
+- pointwise, reduction and GEMM kernels: a fresh output tensor per write, then one launch;
 - views (reshape, permute, expand, slice): the torch view of the tensor (a kernel reading one
   gets it made contiguous); ``full``: ``torch.full`` on the device;
-- everything else (GEMM, convolution, pooling, attention, indexing, random, creation, and any
+- everything else (convolution, pooling, attention, indexing, random, creation, and any
   kernel with an op the templates lack): EXTERN, the op's registry implementation on host
   arrays (download, run, upload). Correct and slow: this is where later kernels plug in.
 
@@ -31,6 +31,7 @@ from graphnn.ir.schedule import KernelKind
 
 from . import kernels
 from .device import interpreted
+from .gemm import gemm
 from .kernels import DEFAULT_BLOCKS, Unlowered
 from .units import units
 from ..source_text import comment_text
@@ -119,7 +120,7 @@ class _Module:
             self.emit(f"{self.name(out)} = {_fill(unit.nodes[0])}", out)
             return
         make = {KernelKind.POINTWISE: kernels.pointwise,
-                KernelKind.REDUCTION: kernels.reduction}.get(unit.kind)
+                KernelKind.REDUCTION: kernels.reduction, KernelKind.GEMM: gemm}.get(unit.kind)
         if make is not None:
             try:
                 launch = make(f"_{unit.name}", unit, self.blocks, self.interpreter_form)

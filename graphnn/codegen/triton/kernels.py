@@ -39,16 +39,21 @@ PIVOTS = frozenset({"sum", "mean", "amax", "amin", "var", "std", "softmax", "log
 class Blocks:
     """Block size limits: ``pointwise`` elements per program; ``row`` the widest row a
     reduction keeps in one block (persistent); ``loop`` the column block of a looped one;
-    ``tile`` the elements of a reduction block (rows times columns)."""
+    ``tile`` the elements of a reduction block (rows times columns); ``gemm`` the rows and
+    columns of a GEMM tile, ``gemm_k`` its step along the contraction (``tl.dot`` needs 16 or
+    more for each)."""
 
     pointwise: int = 1024
     row: int = 4096
     loop: int = 1024
     tile: int = 4096
+    gemm: int = 64
+    gemm_k: int = 32
 
 
 DEFAULT_BLOCKS = Blocks()
-SMALL_BLOCKS = Blocks(pointwise=16, row=8, loop=8, tile=16)  # the multi-program, looped paths
+# the multi-program, looped paths
+SMALL_BLOCKS = Blocks(pointwise=16, row=8, loop=8, tile=16, gemm=16, gemm_k=16)
 
 
 def _pow2(n: int) -> int:
