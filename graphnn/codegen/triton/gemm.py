@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 from graphnn.ir.ops.epilogue import ACTIVATION_OPS
 
-from .kernels import Blocks, Launch, _Body, _launch, _pow2, aligned_strides
+from .kernels import Blocks, KernelBody, Launch, aligned_strides, launch_of, next_pow2
 from .ops import Unlowered, compute, lower
 
 GEMM_OPS = frozenset({"matmul", "matmul_epilogue"})
@@ -74,11 +74,11 @@ def gemm(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     a2, b2 = _matrix_shapes(a.type.shape, b.type.shape)
     m, k, n = a2[-2], a2[-1], b2[-1]
     batch = tuple(out.type.shape[:len(out.type.shape) - (a.type.ndim > 1) - (b.type.ndim > 1)])
-    block_m = max(16, min(_pow2(m), blocks.gemm))
-    block_n = max(16, min(_pow2(n), blocks.gemm))
-    block_k = max(16, min(_pow2(k), blocks.gemm_k))
+    block_m = max(16, min(next_pow2(m), blocks.gemm))
+    block_n = max(16, min(next_pow2(n), blocks.gemm))
+    block_k = max(16, min(next_pow2(k), blocks.gemm_k))
     tiles_m, tiles_n = -(-m // block_m), -(-n // block_n)
-    body = _Body(interpreter_form)
+    body = KernelBody(interpreter_form)
     body.emit("pid = tl.program_id(0)")
     body.emit(f"tile = pid % {tiles_m * tiles_n}")
     body.emit(f"batch = pid // {tiles_m * tiles_n}")
@@ -118,5 +118,5 @@ def gemm(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     z = _activate(body, attrs.get("activation", "none"), z, out)
     body.store("out0", out_offset, z, mask, out.type.dtype)
     grid = math.prod(batch) * tiles_m * tiles_n
-    return _launch(name, unit, body, grid,
+    return launch_of(name, unit, body, grid,
                    {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k})

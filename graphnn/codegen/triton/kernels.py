@@ -56,7 +56,7 @@ DEFAULT_BLOCKS = Blocks()
 SMALL_BLOCKS = Blocks(pointwise=16, row=8, loop=8, tile=16, gemm=16, gemm_k=16)
 
 
-def _pow2(n: int) -> int:
+def next_pow2(n: int) -> int:
     return 1 << max(0, (max(n, 1) - 1).bit_length())
 
 
@@ -85,7 +85,7 @@ def aligned_strides(shape, target, dims, ndim):
     return out
 
 
-class _Body:
+class KernelBody:
     """The lines of one jit function and the variables of its values."""
 
     def __init__(self, interpreter_form: bool):
@@ -197,7 +197,9 @@ class Launch:
     signature: dict
 
 
-def _launch(name, unit, body, grid, blocks) -> Launch:
+def launch_of(name, unit, body, grid, blocks) -> Launch:
+    """The ``Launch`` of kernel ``name`` whose ``body`` computes ``unit``: its signature (a
+    pointer per read and write, then the block constants), ``grid`` programs and ``blocks``."""
     signature = {f"in{i}": POINTER_TYPES[v.type.dtype.name] for i, v in enumerate(unit.reads)}
     signature.update({f"out{i}": POINTER_TYPES[v.type.dtype.name]
                       for i, v in enumerate(unit.writes)})
@@ -211,7 +213,7 @@ def pointwise(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch
     shape = tuple(unit.space)
     ndim, numel = len(shape), math.prod(shape)
     dims = list(range(ndim))
-    body = _Body(interpreter_form)
+    body = KernelBody(interpreter_form)
     body.emit("offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)")
     body.emit(f"mask = offs < {numel}")
     _indices(body, "offs", "i", dims, shape)
@@ -237,8 +239,8 @@ def pointwise(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch
             raise Unlowered(f"%{v.name} does not broadcast to {shape}")
         body.store(f"out{k}", _offset(strides, "offs", "i", dims, shape), value(v), "mask",
                    v.type.dtype)
-    block = min(_pow2(numel), blocks.pointwise)
-    return _launch(name, unit, body, -(-numel // block), {"BLOCK": block})
+    block = min(next_pow2(numel), blocks.pointwise)
+    return launch_of(name, unit, body, -(-numel // block), {"BLOCK": block})
 
 
 # ---- reductions ------------------------------------------------------------------------------
@@ -274,10 +276,10 @@ class _Reduction:
         keepdim = attrs.get("keepdim", False)
         self.row_target = tuple(pivot.outputs[0].type.shape)
         self.row_dims = list(range(ndim)) if keepdim else self.kept
-        self.persistent = _pow2(self.cols) <= blocks.row
-        self.block_c = _pow2(self.cols) if self.persistent else blocks.loop
-        self.block_r = max(1, min(_pow2(self.rows), blocks.tile // self.block_c))
-        self.body = _Body(interpreter_form)
+        self.persistent = next_pow2(self.cols) <= blocks.row
+        self.block_c = next_pow2(self.cols) if self.persistent else blocks.loop
+        self.block_r = max(1, min(next_pow2(self.rows), blocks.tile // self.block_c))
+        self.body = KernelBody(interpreter_form)
         self.acc_type = compute(pivot.outputs[0].type.dtype)
         self.spaces = self._spaces()
         self.row_vars: dict = {}
@@ -509,6 +511,6 @@ def reduction(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch
             if FULL in r.spaces[v.name]:
                 body.store(f"out{k}", r.full_offset(r.strides(v, FULL)),
                            r.value(v, FULL), "mask", v.type.dtype)
-    return _launch(name, unit, body, -(-r.rows // r.block_r),
+    return launch_of(name, unit, body, -(-r.rows // r.block_r),
                    {"BLOCK_R": r.block_r, "BLOCK_C": r.block_c})
 
