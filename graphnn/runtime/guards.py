@@ -96,7 +96,7 @@ def with_dynamic_batch(specs: tuple, smallest: int = 2):
     batch = next((s.shape[0] for s in specs if s.shape), None)
     if batch is None or batch < smallest:
         return None
-    return tuple(TensorSpec((None,) + s.shape[1:], s.dtype, s.requires_grad)
+    return tuple(s._replace(shape=(None,) + s.shape[1:])
                  if s.shape and s.shape[0] == batch else s for s in specs)
 
 
