@@ -26,8 +26,9 @@ the whole function becomes one kernel (``step``): a compiled training step.
 Falls back to eager, with a warning that says why, when: compiling fails (trace refused, an op
 without a lowering...), the signature count passes ``recompile_limit``, a module has hooks
 (hooks of the compiled module itself run around the compiled forward as usual), the forward
-assigns module attributes, runs an op with a random seed inside (attention dropout), or is
-called with device (cuda) tensors (compiled code takes host tensors only, for now).
+assigns module attributes, runs an op with a random seed inside (attention dropout), or takes
+device tensors it cannot compile for (spread over devices, a host backend named, or
+``dynamic=True``). Calls on cuda tensors compile with the Triton backend by default.
 Random values made by creation ops (``rand``, as dropout uses) become graph inputs drawn per
 call with fresh seeds, in the order eager draws them. Several differentiable outputs
 (attention's output and weights) are differentiated together as a vector-Jacobian product. A
@@ -270,10 +271,6 @@ class CompiledFunction:
                             f"(hooks are not traced into compiled code)")
             return self._eager(*args, **kwargs)
         tensors, static = _flatten_call(self._signature, args, kwargs)
-        reason = self._device_refusal(tensors, call)
-        if reason is not None:
-            self._warn_once(("device", reason), f"graphnn: {self.name} runs eagerly: {reason}")
-            return self._eager(*args, **kwargs)
         sig, state = self._signature_of(call, tensors, static)
         entry = self._entries.get(sig)
         if entry is _STATIC or (isinstance(entry, EveryBatch) and
@@ -292,15 +289,15 @@ class CompiledFunction:
             return self._eager(*args, **kwargs)
         return entry(tensors, state)
 
-    def _device_refusal(self, tensors, call):
-        """Why compiled code cannot take this call's device tensors (None: it can, or there
-        are none): tensors on several devices (eager raises the error; 0-d host tensors, as
-        Adam's step count, may join device ones, as in PyTorch), a backend named for the
-        host, or ``dynamic=True``."""
-        everything = tensors + [t for _, t, _ in call.bindings]
-        if not any(t._on_device for t in everything):
+    def _device_refusal(self, sig):
+        """Why compiled code cannot take the device tensors of signature ``sig`` (None: it
+        can, or there are none): tensors on several devices (eager raises the error; 0-d host
+        tensors, as Adam's step count, may join device ones, as in PyTorch), a backend named
+        for the host, or ``dynamic=True``. Asked once per signature."""
+        specs = list(sig.inputs) + [spec for _, spec in sig.state]
+        if all(spec.device == "cpu" for spec in specs):
             return None
-        if any(not t._on_device and t.ndim for t in everything):
+        if any(spec.device == "cpu" and spec.shape for spec in specs):
             return "its tensors are on different devices"
         if self._backend_name is not None and self._backend.device.shares_host:
             return f"backend {self._backend_name!r} runs on the host, the tensors are on a device"
@@ -344,6 +341,11 @@ class CompiledFunction:
         compiled right after it for the state as it now is, so the next call runs compiled
         code without compiling again. A signature seen cold a second time compiles as it
         is."""
+        reason = self._device_refusal(sig)
+        if reason is not None:
+            self._warn_once(("device", reason), f"graphnn: {self.name} runs eagerly: {reason}")
+            self._entries[sig] = _EAGER
+            return _EAGER
         compiled = [s for s, e in self._entries.items() if e is not _EAGER and e is not _STATIC]
         if len(compiled) >= self.recompile_limit:
             self._warn_once("limit", f"graphnn: {self.name} reached recompile_limit="
