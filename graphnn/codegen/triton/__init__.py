@@ -12,7 +12,7 @@ from graphnn.ir.registry import core_ops
 from graphnn.ir.schedule import KernelKind
 
 from ..backend import Backend, import_kernel_file
-from .backend import BACKEND_VERSION, generate
+from .backend import BACKEND_VERSION, TEMPLATES, generate
 from .device import DEVICE, require_torch
 from .gemm import GEMM_OPS
 from .kernels import PIVOTS
@@ -31,6 +31,6 @@ def load(path: str):
 
 
 BACKEND = Backend(name="triton", version=BACKEND_VERSION, device=DEVICE,
-                  kernel_kinds=frozenset({KernelKind.POINTWISE, KernelKind.REDUCTION,
-                                          KernelKind.GEMM, KernelKind.MULTI_UPDATE}),
-                  native_ops=core_ops() | ELEMENTWISE_OPS | PIVOTS | GEMM_OPS, generate=generate, load=load)
+                  kernel_kinds=frozenset(TEMPLATES) | {KernelKind.MULTI_UPDATE},
+                  native_ops=core_ops() | ELEMENTWISE_OPS | PIVOTS | GEMM_OPS,
+                  generate=generate, load=load)

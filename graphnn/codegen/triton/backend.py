@@ -48,6 +48,12 @@ def _version() -> str:
 
 BACKEND_VERSION = _version()
 
+# the kernel template of each kind this backend generates: (name, unit, blocks,
+# interpreter_form) -> Launch, or Unlowered for a unit it cannot lower (which then runs on the
+# host); a new kernel kind is one entry here
+TEMPLATES = {KernelKind.POINTWISE: kernels.pointwise, KernelKind.REDUCTION: kernels.reduction,
+             KernelKind.GEMM: gemm}
+
 
 def _view(node, x: str) -> str:
     """The torch expression of a view node applied to the tensor ``x``."""
@@ -119,8 +125,7 @@ class _Module:
             out = unit.nodes[0].outputs[0]
             self.emit(f"{self.name(out)} = {_fill(unit.nodes[0])}", out)
             return
-        make = {KernelKind.POINTWISE: kernels.pointwise,
-                KernelKind.REDUCTION: kernels.reduction, KernelKind.GEMM: gemm}.get(unit.kind)
+        make = TEMPLATES.get(unit.kind)
         if make is not None:
             try:
                 launch = make(f"_{unit.name}", unit, self.blocks, self.interpreter_form)
