@@ -11,8 +11,6 @@ patterns and truncates when it rounds to bf16): the backend has no bf16 test her
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
 from collections import Counter
 import os
 import re
@@ -27,6 +25,7 @@ from op_db import OP_DB
 from test_op_forward import assert_close_to, reference
 
 from conformance import compiled_only
+from triton_helpers import INTERPRETER_WARNINGS, small_backend
 
 import graphnn
 import graphnn.nn.functional as F
@@ -40,23 +39,10 @@ from graphnn.compiler import stages
 from graphnn.frontend.dispatch import apply_op
 from graphnn.ir import REGISTRY, OpGroup, TensorType, debug_mode
 from graphnn.ir.dtypes import float32
-from graphnn.runtime.backends import get_backend, register_backend
 
 
-def _small_backend():
-    name = "triton-small"
-    try:
-        return get_backend(name)
-    except Exception:  # noqa: BLE001  (not registered yet)
-        backend = dataclasses.replace(BACKEND, name=name, version=BACKEND.version + "+small",
-                                      generate=functools.partial(generate, blocks=SMALL_BLOCKS))
-        register_backend(backend)
-        return backend
-
-
-SMALL = _small_backend().name
-# the interpreter computes masked-off lanes too (NaN from 0/0 there is never stored)
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
+SMALL = small_backend().name
+pytestmark = INTERPRETER_WARNINGS
 KERNEL_OPS = sorted(n for n in OP_DB if REGISTRY[n].group in
                     (OpGroup.ELEMENTWISE, OpGroup.REDUCTION, OpGroup.NORMALIZATION))
 # ops the backend runs on the host for now (through decompositions too), with the reason

@@ -40,8 +40,9 @@ class Blocks:
     """Block size limits: ``pointwise`` elements per program; ``row`` the widest row a
     reduction keeps in one block (persistent); ``loop`` the column block of a looped one;
     ``tile`` the elements of a reduction block (rows times columns); ``gemm`` the rows and
-    columns of a GEMM tile, ``gemm_k`` its step along the contraction (``tl.dot`` needs 16 or
-    more for each)."""
+    columns of a GEMM tile (and of a convolution's implicit GEMM), ``gemm_k`` its step along
+    the contraction (``tl.dot`` needs 16 or more for each); ``attention_m`` and
+    ``attention_n`` the query rows and key columns of an attention tile."""
 
     pointwise: int = 1024
     row: int = 4096
@@ -49,11 +50,14 @@ class Blocks:
     tile: int = 4096
     gemm: int = 64
     gemm_k: int = 32
+    attention_m: int = 64
+    attention_n: int = 64
 
 
 DEFAULT_BLOCKS = Blocks()
 # the multi-program, looped paths
-SMALL_BLOCKS = Blocks(pointwise=16, row=8, loop=8, tile=16, gemm=16, gemm_k=16)
+SMALL_BLOCKS = Blocks(pointwise=16, row=8, loop=8, tile=16, gemm=16, gemm_k=16, attention_m=16,
+                      attention_n=16)
 
 
 def next_pow2(n: int) -> int:
