@@ -1,0 +1,250 @@
+"""The ``@triton.jit`` source of convolution kernels: ``conv2d``, ``conv2d_epilogue`` and the two
+gradients ``conv2d_input_grad`` and ``conv2d_weight_grad`` (``graphnn/ir/ops/conv.py``).
+
+Each is an implicit GEMM per group: no im2col matrix is built, the loads compute each element's
+input coordinates from the tile's row and column indices (so the ``layout`` and ``columns``
+attributes, the NumPy backend's im2col choices, are ignored here). With ``C = C_in / groups``
+and ``O = C_out / groups``:
+
+- ``conv2d``: rows are the ``N * Ho * Wo`` output positions, columns the group's ``O`` output
+  channels, the contraction runs over ``(c, i, j)`` (``C * kh * kw``, the weight's own layout).
+  Input row ``oy * stride - padding + i * dilation`` (likewise for columns); taps in the padding
+  are masked to 0, as the reference's zero padding.
+- ``conv2d_input_grad`` (a transposed convolution): rows are the ``N * H * W`` input positions,
+  columns the group's ``C`` input channels, the contraction runs over ``(o, i, j)``. Position
+  ``y`` takes tap ``i`` from output row ``(y + padding - i * dilation) / stride`` when that is
+  a whole number inside ``[0, Ho)``; other taps (all but one in ``stride`` when stride > 1)
+  are masked to 0.
+- ``conv2d_weight_grad``: rows are the group's ``O`` output channels, columns ``(c, i, j)``, the
+  contraction runs over the ``N * Ho * Wo`` output positions.
+
+One program per ``BLOCK_M x BLOCK_N`` tile of one group's result; it loops over the contraction
+in ``BLOCK_K`` steps of masked tiles (ragged edges add 0) and accumulates ``tl.dot`` in float32
+(float64 for float64), with ``input_precision="ieee"`` for float32 as ``gemm.py`` does. The
+forward's epilogue adds the bias (per output channel) and the residual and applies the
+activation through the elementwise table (``gemm._activate``), then stores once, rounded to 16
+bits for 16-bit results as the reference rounds them. Operands are C-contiguous (the wrapper
+makes them so) and shapes are literals. ``interpreter_form`` upcasts 16-bit loads (the
+interpreter computes bfloat16 on bit patterns); the GPU form feeds 16-bit tiles to ``tl.dot``,
+which accumulates in float32, so bfloat16 is right by construction but not checked numerically
+here.
+"""
+from __future__ import annotations
+
+import math
+
+from .gemm import _activate
+from .kernels import Blocks, KernelBody, Launch, launch_of, next_pow2
+from .ops import Unlowered, compute
+
+CONV_OPS = frozenset({"conv2d", "conv2d_epilogue", "conv2d_input_grad", "conv2d_weight_grad"})
+
+
+class _Geometry:
+    """The sizes of one convolution: input ``(n, cin, h, w)``, weight ``(cout, cg, kh, kw)``,
+    output ``(ho, wo)``, stride ``(sh, sw)``, padding ``(ph, pw)``, dilation ``(dh, dw)`` and
+    ``groups`` (``og`` output channels per group)."""
+
+    def __init__(self, x_shape, w_shape, out_hw, attrs):
+        self.n, self.cin, self.h, self.w = x_shape
+        self.cout, self.cg, self.kh, self.kw = w_shape
+        self.ho, self.wo = out_hw
+        self.sh, self.sw = attrs["stride"]
+        self.ph, self.pw = attrs["padding"]
+        self.dh, self.dw = attrs["dilation"]
+        self.groups = attrs["groups"]
+        self.og = self.cout // self.groups
+        self.taps = self.kh * self.kw
+
+
+def _split(body, lin: str, names, sizes) -> None:
+    """Emit ``names[d] = `` the row-major index of flat index ``lin`` along each of ``sizes``."""
+    for d, (name, size) in enumerate(zip(names, sizes)):
+        inner = math.prod(sizes[d + 1:])
+        index = lin if inner == 1 else f"{lin} // {inner}"
+        body.emit(f"{name} = {index if d == 0 else f'{index} % {size}'}")
+
+
+def _window_mask(y: str, x: str, g: _Geometry) -> str:
+    """The ``&`` terms (each with a leading `` & ``) keeping input row ``y`` and column ``x``
+    inside the image; only padded sides can leave it."""
+    terms = [f"({y} >= 0) & ({y} < {g.h})"] * bool(g.ph) + [f"({x} >= 0) & ({x} < {g.w})"] * \
+        bool(g.pw)
+    return "".join(f" & {t}" for t in terms)
+
+
+class _Contraction:
+    """One implicit GEMM's program layout: ``m x n`` tiles per group, ``k`` contracted."""
+
+    def __init__(self, body, m, n, k, blocks: Blocks, acc_type):
+        self.body, self.m, self.n, self.k, self.acc_type = body, m, n, k, acc_type
+        self.block_m = max(16, min(next_pow2(m), blocks.gemm))
+        self.block_n = max(16, min(next_pow2(n), blocks.gemm))
+        self.block_k = max(16, min(next_pow2(k), blocks.gemm_k))
+        self.tiles_m, self.tiles_n = -(-m // self.block_m), -(-n // self.block_n)
+
+    def open(self) -> None:
+        """Emit the program's group ``grp``, its ``rows``/``cols`` and their masks."""
+        body, tiles = self.body, self.tiles_m * self.tiles_n
+        body.emit("pid = tl.program_id(0)")
+        body.emit(f"tile = pid % {tiles}")
+        body.emit(f"grp = pid // {tiles}")
+        body.emit(f"rows = (tile // {self.tiles_n}) * BLOCK_M + tl.arange(0, BLOCK_M)")
+        body.emit(f"cols = (tile % {self.tiles_n}) * BLOCK_N + tl.arange(0, BLOCK_N)")
+        body.emit(f"rmask = rows < {self.m}")
+        body.emit(f"cmask = cols < {self.n}")
+
+    def accumulate(self, tiles) -> None:
+        """Emit ``acc``: the loop over the contraction (``ks``, ``kmask``) in which
+        ``tiles()`` emits the step's loads and returns the ``[BLOCK_M, BLOCK_K]`` and
+        ``[BLOCK_K, BLOCK_N]`` tile variables."""
+        body = self.body
+        body.emit(f"acc = tl.zeros([BLOCK_M, BLOCK_N], {self.acc_type})")
+        body.emit(f"for start in range(0, {self.k}, BLOCK_K):")
+        body.indent += 1
+        body.emit("ks = start + tl.arange(0, BLOCK_K)")
+        body.emit(f"kmask = ks < {self.k}")
+        a, b = tiles()
+        precision = ', input_precision="ieee"' if self.acc_type == "tl.float32" else ""
+        body.emit(f"acc = tl.dot({a}, {b}, acc{precision})")
+        body.indent -= 1
+
+    def launch(self, name, unit, groups) -> Launch:
+        return launch_of(name, unit, self.body, groups * self.tiles_m * self.tiles_n,
+                         {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n,
+                          "BLOCK_K": self.block_k})
+
+
+def _forward(c: _Contraction, g: _Geometry, node, unit) -> str:
+    """Emit conv2d's contraction (rows: output positions; see the module docstring); the
+    output offsets of the ``[BLOCK_M, BLOCK_N]`` tile."""
+    body, x, w = c.body, node.inputs[0], node.inputs[1]
+    _split(body, "rows", ["n", "oy", "ox"], [g.n, g.ho, g.wo])
+    body.emit(f"base = n * {g.cin * g.h * g.w} + grp * {g.cg * g.h * g.w}")
+
+    def tiles():
+        _split(body, "ks", ["ci", "ti", "tj"], [g.cg, g.kh, g.kw])
+        body.emit(f"y = (oy * {g.sh} - {g.ph})[:, None] + (ti * {g.dh})[None, :]")
+        body.emit(f"x = (ox * {g.sw} - {g.pw})[:, None] + (tj * {g.dw})[None, :]")
+        a = body.load(f"in{unit.read_index(x)}",
+                      f"base[:, None] + (ci * {g.h * g.w})[None, :] + y * {g.w} + x",
+                      f"rmask[:, None] & kmask[None, :]{_window_mask('y', 'x', g)}", x.type.dtype)
+        b = body.load(f"in{unit.read_index(w)}",
+                      f"ks[:, None] + (grp * {g.og} + cols)[None, :] * {g.cg * g.taps}",
+                      "kmask[:, None] & cmask[None, :]", w.type.dtype)
+        return a, b
+    c.accumulate(tiles)
+    plane = g.ho * g.wo
+    return f"(n * {g.cout * plane} + rows % {plane})[:, None] + " \
+           f"((grp * {g.og} + cols) * {plane})[None, :]"
+
+
+def _input_grad(c: _Contraction, g: _Geometry, node, unit) -> str:
+    """Emit conv2d_input_grad's contraction (rows: input positions); the output offsets."""
+    body, gy, w = c.body, node.inputs[0], node.inputs[1]
+    _split(body, "rows", ["n", "py", "px"], [g.n, g.h, g.w])
+    plane = g.ho * g.wo
+    body.emit(f"base = n * {g.cout * plane} + grp * {g.og * plane}")
+
+    def tiles():
+        _split(body, "ks", ["oc", "ti", "tj"], [g.og, g.kh, g.kw])
+        body.emit(f"ty = (py + {g.ph})[:, None] - (ti * {g.dh})[None, :]")
+        body.emit(f"tx = (px + {g.pw})[:, None] - (tj * {g.dw})[None, :]")
+        body.emit(f"oy = ty{f' // {g.sh}' if g.sh > 1 else ''}")
+        body.emit(f"ox = tx{f' // {g.sw}' if g.sw > 1 else ''}")
+        mask = "rmask[:, None] & kmask[None, :]"
+        for t, o, stride, size in (("ty", "oy", g.sh, g.ho), ("tx", "ox", g.sw, g.wo)):
+            whole = f" & ({t} % {stride} == 0)" if stride > 1 else ""
+            mask += f" & ({t} >= 0){whole} & ({o} < {size})"
+        a = body.load(f"in{unit.read_index(gy)}",
+                      f"base[:, None] + (oc * {plane})[None, :] + oy * {g.wo} + ox", mask,
+                      gy.type.dtype)
+        b = body.load(f"in{unit.read_index(w)}",
+                      f"((grp * {g.og} + oc) * {g.cg * g.taps} + ti * {g.kw} + tj)[:, None] + "
+                      f"(cols * {g.taps})[None, :]", "kmask[:, None] & cmask[None, :]",
+                      w.type.dtype)
+        return a, b
+    c.accumulate(tiles)
+    image = g.h * g.w
+    return f"(n * {g.cin * image} + rows % {image})[:, None] + " \
+           f"((grp * {g.cg} + cols) * {image})[None, :]"
+
+
+def _weight_grad(c: _Contraction, g: _Geometry, node, unit) -> str:
+    """Emit conv2d_weight_grad's contraction (rows: the group's output channels, columns:
+    ``(c, i, j)``); the output offsets."""
+    body, x, gy = c.body, node.inputs[0], node.inputs[1]
+    _split(body, "cols", ["ci", "ti", "tj"], [g.cg, g.kh, g.kw])
+    plane = g.ho * g.wo
+
+    def tiles():
+        _split(body, "ks", ["n", "oy", "ox"], [g.n, g.ho, g.wo])
+        a = body.load(f"in{unit.read_index(gy)}",
+                      f"((grp * {g.og} + rows) * {plane})[:, None] + "
+                      f"(n * {g.cout * plane} + ks % {plane})[None, :]",
+                      "rmask[:, None] & kmask[None, :]", gy.type.dtype)
+        body.emit(f"y = (oy * {g.sh} - {g.ph})[:, None] + (ti * {g.dh})[None, :]")
+        body.emit(f"x = (ox * {g.sw} - {g.pw})[:, None] + (tj * {g.dw})[None, :]")
+        b = body.load(f"in{unit.read_index(x)}",
+                      f"(n * {g.cin * g.h * g.w})[:, None] + "
+                      f"((grp * {g.cg} + ci) * {g.h * g.w})[None, :] + y * {g.w} + x",
+                      f"kmask[:, None] & cmask[None, :]{_window_mask('y', 'x', g)}",
+                      x.type.dtype)
+        return a, b
+    c.accumulate(tiles)
+    return f"((grp * {g.og} + rows) * {g.cg * g.taps})[:, None] + cols[None, :]"
+
+
+def _epilogue(body, node, unit, offset, g: _Geometry, acc_type) -> str:
+    """Emit the forward's bias (per output channel ``grp * og + cols``), residual and
+    activation (``conv2d_epilogue``'s) on ``acc``; the variable holding the result."""
+    attrs, fused = node.attrs, node.op == "conv2d_epilogue"
+    rest = list(node.inputs[2:])
+    has_bias = attrs["bias"] if fused else bool(rest)  # conv2d's third input is its bias
+    bias = rest.pop(0) if has_bias else None
+    residual = rest.pop(0) if fused and attrs["residual"] else None
+    z = "acc"
+    if bias is not None:
+        v = body.load(f"in{unit.read_index(bias)}", f"grp * {g.og} + cols", "cmask",
+                      bias.type.dtype)
+        z = body.tmp(f"{z} + {body.cast(v, acc_type, acc_type)}[None, :]")
+    if residual is not None:
+        v = body.load(f"in{unit.read_index(residual)}", offset,
+                      "rmask[:, None] & cmask[None, :]", residual.type.dtype)
+        z = body.tmp(f"{z} + {body.cast(v, acc_type, acc_type)}")
+    return _activate(body, attrs["activation"], z, node.outputs[0]) if fused else z
+
+
+def conv(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
+    """A convolution kernel for ``unit`` (see the module docstring); ``Unlowered`` for other
+    nodes and for operands of different or non-float dtypes."""
+    if len(unit.nodes) != 1 or unit.nodes[0].op not in CONV_OPS:
+        raise Unlowered("not one convolution")
+    node = unit.nodes[0]
+    out = node.outputs[0]
+    if len({v.type.dtype for v in node.inputs + node.outputs}) != 1 or \
+            not out.type.dtype.is_floating_point:
+        raise Unlowered(f"{node.op} of {', '.join(v.type.dtype.name for v in node.inputs)}")
+    acc_type = compute(out.type.dtype)
+    body = KernelBody(interpreter_form)
+    attrs = node.attrs
+    if node.op == "conv2d_input_grad":
+        gy, w = node.inputs
+        g = _Geometry(out.type.shape, w.type.shape, gy.type.shape[2:], attrs)
+        c = _Contraction(body, g.n * g.h * g.w, g.cg, g.og * g.taps, blocks, acc_type)
+        make = _input_grad
+    elif node.op == "conv2d_weight_grad":
+        x, gy = node.inputs
+        g = _Geometry(x.type.shape, out.type.shape, gy.type.shape[2:], attrs)
+        c = _Contraction(body, g.og, g.cg * g.taps, g.n * g.ho * g.wo, blocks, acc_type)
+        make = _weight_grad
+    else:
+        x, w = node.inputs[:2]
+        g = _Geometry(x.type.shape, w.type.shape, out.type.shape[2:], attrs)
+        c = _Contraction(body, g.n * g.ho * g.wo, g.og, g.cg * g.taps, blocks, acc_type)
+        make = _forward
+    c.open()
+    offset = make(c, g, node, unit)
+    z = _epilogue(body, node, unit, offset, g, acc_type) if make is _forward else "acc"
+    body.store("out0", offset, z, "rmask[:, None] & cmask[None, :]", out.type.dtype)
+    return c.launch(name, unit, g.groups)
