@@ -1,6 +1,9 @@
 """graphnn.optim: eager optimizers with PyTorch's algorithms, options and state-dict format."""
+from .adagrad import Adagrad
 from .adam import Adam, AdamW
 from .optimizer import Optimizer, OptimizerError, OptimizerTypeError
+from .rmsprop import RMSprop
 from .sgd import SGD
 
-__all__ = ["Adam", "AdamW", "Optimizer", "OptimizerError", "OptimizerTypeError", "SGD"]
+__all__ = ["Adagrad", "Adam", "AdamW", "Optimizer", "OptimizerError", "OptimizerTypeError",
+           "RMSprop", "SGD"]
