@@ -15,6 +15,7 @@ from ..errors import DTypeError
 from ..registry import Attr, NotDifferentiable, OpDef, OpGroup, register, type_of_array
 from ..types import TensorType
 from .compute import as_dtype, compute_dtype, upcast
+from .erf import erf
 from .shape_rules import broadcast_shapes, float_of, promoted
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -323,18 +324,13 @@ elementwise("sigmoid", _sigmoid, _grad_sigmoid, result="float", saves_inputs=(),
             saves_outputs=(0,))
 
 
-def _erf(x):
-    """Error function to float64 accuracy; NumPy has none, so each element goes through math.erf."""
-    return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype) if x.size else x.copy()
-
-
 def _grad_erf(b, ctx, g):
     x = ctx.input(0)
     scale = b.scalar(2.0 / math.sqrt(math.pi), b.dtype(g))
     return [b.mul(g, b.mul(scale, b.exp(b.neg(b.mul(x, x)))))]
 
 
-elementwise("erf", _erf, _grad_erf, result="float")
+elementwise("erf", erf, _grad_erf, result="float")
 
 
 def _relu(x):
@@ -361,7 +357,7 @@ def _gelu(x, *, approximate):
     if approximate == "tanh":
         inner = _SQRT_2_OVER_PI * (x + _GELU_TANH_COEF * x ** 3)
         return 0.5 * x * (1.0 + np.tanh(inner))
-    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
 
 
 def _grad_gelu(b, ctx, g):
