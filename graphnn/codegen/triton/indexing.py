@@ -1,0 +1,233 @@
+"""The ``@triton.jit`` source of ``scatter_gather`` units: ``gather``, ``index`` (embedding
+lookups), ``scatter_add``, ``index_put`` and ``max_pool2d_backward`` (``pool.py``).
+
+Each op is described as a ``_Space``: the space ``P`` of the positions it visits (the index's
+shape for ``gather``/``scatter_add``, the indexed shape for ``index``/``index_put``), for each
+dim of ``P`` the dim of the indexed tensor (``base``) it walks or None (a dim of the index
+tensors), and the index tensors with the dim of ``base`` each addresses. Every tensor is
+C-contiguous (the wrapper makes reads so), shapes are literals.
+
+- Reads (``gather``, ``index``): one program per ``BLOCK`` of ``P``; each position loads its
+  indices, then the element of ``base`` they address, and stores it.
+- Writes (``scatter_add``, ``index_put``): a position writes into the base's line it lies on
+  (its coordinates along the non-indexed dims), so each program owns a ``BLOCK`` of lines: it
+  copies them, then walks the index dims of ``P`` in row-major order, one position at a time,
+  adding (or assigning) into its own lines. No atomics and no other program touches those
+  lines, so repeated indices add in the reference's order (``np.add.at``) and repeated
+  assignments keep the last value, bit for bit and deterministically on a GPU too. 16-bit
+  bases round after each add, as the reference does.
+
+Negative indices count from the end, as in the reference. An out-of-bounds index cannot raise
+inside a kernel: its lanes are masked (a read gives 0, a write is dropped), nothing outside the
+tensors is touched. The reference raises ``IndexError``; see ``docs/backends.md``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from graphnn.ir.ops.shape_rules import broadcast_shapes
+
+from .kernels import Blocks, KernelBody, Launch, aligned_strides, launch_of, next_pow2
+from .ops import ROUNDED, Unlowered, compute
+from .pool import load_computed, max_pool2d_backward
+
+
+def _strides(shape) -> list:
+    out, step = [], 1
+    for size in reversed(shape):
+        out.append(step)
+        step *= size
+    return out[::-1]
+
+
+def coordinates(body, lin: str, shape, names) -> None:
+    """Emit ``names[d]``, the index along each dim of ``shape`` of the row-major flat index
+    ``lin`` (a scalar or a block)."""
+    for d, (size, name) in enumerate(zip(shape, names)):
+        inner = math.prod(shape[d + 1:])
+        expr = lin if inner == 1 else f"({lin} // {inner})"
+        body.emit(f"{name} = {expr if d == 0 else f'{expr} % {size}'}")
+
+
+def _offset(strides, names) -> str:
+    """``names`` times ``strides`` summed (``zero``, the kernel's block of zeros, when every
+    stride is 0: a load's offset must be a block)."""
+    terms = [f"{n} * {s}" for n, s in zip(names, strides) if s]
+    return " + ".join(terms) or "zero"
+
+
+@dataclass
+class _Space:
+    """What an indexing op visits (see the module docstring): ``shape`` (P), ``walks`` (per P
+    dim, the base dim it walks or None), ``indices`` (per index tensor: its value, the base dim
+    it addresses and its strides over P), ``base`` (the indexed value's shape)."""
+
+    shape: tuple
+    walks: list
+    indices: list
+    base: tuple
+
+    def base_offset(self, names, index_vars) -> str:
+        """The offset in ``base`` of the position whose P coordinates are ``names`` and whose
+        (normalized) indices are ``index_vars``."""
+        strides = _strides(self.base)
+        terms = [f"{n} * {strides[e]}" for n, e in zip(names, self.walks)
+                 if e is not None and strides[e] and self.base[e] > 1]
+        terms += [f"{v} * {strides[d]}" for v, (_, d, _) in zip(index_vars, self.indices)
+                  if strides[d]]
+        return " + ".join(terms) or "zero"
+
+
+def _gather_space(base, idx, dim) -> _Space:
+    """``gather``/``scatter_add`` along ``dim`` (a 0-d tensor as a 1-element vector)."""
+    base_shape, shape = tuple(base.type.shape) or (1,), tuple(idx.type.shape) or (1,)
+    d = dim % len(base_shape)
+    walks = [None if e == d else e for e in range(len(shape))]
+    return _Space(shape, walks, [(idx, d, _strides(shape))], base_shape)
+
+
+def _index_space(base, indices, dims) -> _Space:
+    """``index``/``index_put`` with ``indices`` at ``dims`` (PyTorch's advanced indexing)."""
+    shape_b = tuple(base.type.shape)
+    dims = [d % len(shape_b) for d in dims]
+    bshape = broadcast_shapes("index", [tuple(i.type.shape) for i in indices])
+    rest = [e for e in range(len(shape_b)) if e not in dims]
+    if sorted(dims) == list(range(min(dims), max(dims) + 1)):
+        before = [e for e in rest if e < min(dims)]
+        walks = before + [None] * len(bshape) + [e for e in rest if e > max(dims)]
+        lead = len(before)
+    else:
+        walks, lead = [None] * len(bshape) + rest, 0
+    shape = tuple(shape_b[e] if e is not None else bshape[k - lead]
+                  for k, e in enumerate(walks))
+    positions = list(range(lead, lead + len(bshape)))
+    tensors = []
+    for i, d in zip(indices, dims):
+        inner = aligned_strides(tuple(i.type.shape), bshape, list(range(len(bshape))),
+                                len(bshape))
+        strides = [0] * len(shape)
+        for k, p in enumerate(positions):
+            strides[p] = inner[k]
+        tensors.append((i, d, strides))
+    return _Space(shape, walks, tensors, shape_b)
+
+
+def _load_indices(body, unit, space, names, mask) -> tuple:
+    """Load and normalize each index (negative from the end); the mask of positions whose
+    indices are all in bounds."""
+    variables, ok = [], mask
+    for k, (value, d, strides) in enumerate(space.indices):
+        var = load_computed(body, f"in{unit.read_index(value)}", _offset(strides, names), mask,
+                            value.type.dtype, 0)
+        size = space.base[d]
+        body.emit(f"ix{k} = tl.where({var} < 0, {var} + {size}, {var})")
+        body.emit(f"ok{k} = {ok} & (ix{k} >= 0) & (ix{k} < {size})")
+        variables.append(f"ix{k}")
+        ok = f"ok{k}"
+    return variables, ok
+
+
+def _read(name, unit, space, x, blocks, interpreter_form) -> Launch:
+    """A gather-like read of ``x`` over ``space`` (see the module docstring)."""
+    numel = math.prod(space.shape)
+    body = KernelBody(interpreter_form)
+    body.emit("offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)")
+    body.emit(f"mask = offs < {numel}")
+    body.emit("zero = offs * 0")
+    names = [f"p{k}" for k in range(len(space.shape))]
+    coordinates(body, "offs", space.shape, names)
+    variables, ok = _load_indices(body, unit, space, names, "mask")
+    v = load_computed(body, f"in{unit.read_index(x)}", space.base_offset(names, variables), ok,
+                      x.type.dtype, 0)
+    body.store("out0", "offs", v, "mask", unit.nodes[0].outputs[0].type.dtype)
+    block = min(next_pow2(numel), blocks.pointwise)
+    return launch_of(name, unit, body, -(-numel // block), {"BLOCK": block})
+
+
+def _converted(var, src, dst) -> str:
+    """``var`` (a value of dtype ``src`` in its compute type) as ``dst`` converts it (the
+    reference's ``astype``), in ``dst``'s compute type."""
+    if src == dst:
+        return var
+    if dst.name == "bool":
+        return f"({var} != 0)"
+    if dst.name in ROUNDED:
+        return f"{var}.to({ROUNDED[dst.name]}).to(tl.float32)"
+    return f"{var}.to({compute(dst)})"
+
+
+def _write(name, unit, space, base, src, accumulate, blocks, interpreter_form) -> Launch:
+    """A scatter-like write of ``src`` into a copy of ``base`` over ``space`` (see the module
+    docstring)."""
+    dtype = base.type.dtype
+    lines_shape = [s for e, s in enumerate(space.base) if e in space.walks]
+    line_dims = [e for e in range(len(space.base)) if e in space.walks]
+    own_dims = [e for e in range(len(space.base)) if e not in space.walks]
+    lines = math.prod(lines_shape)
+    strides = _strides(space.base)
+    body = KernelBody(interpreter_form)
+    body.emit("lanes = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)")
+    body.emit(f"lmask = lanes < {lines}")
+    body.emit("zero = lanes * 0")
+    coordinates(body, "lanes", lines_shape, [f"l{e}" for e in line_dims])
+    line = _offset([strides[e] for e in line_dims], [f"l{e}" for e in line_dims])
+    body.emit(f"line = {line} + zero")
+    own = [space.base[e] for e in own_dims]
+    body.emit(f"for j in range({math.prod(own)}):")  # copy the program's lines
+    body.indent += 1
+    coordinates(body, "j", own, [f"j{e}" for e in own_dims])
+    at = f"line + {_offset([strides[e] for e in own_dims], [f'j{e}' for e in own_dims])}"
+    body.emit(f"tl.store(out0 + {at}, tl.load(in{unit.read_index(base)} + {at}, mask=lmask), "
+              f"mask=lmask)")
+    body.indent -= 1
+    body.emit("tl.debug_barrier()")
+    inside = [f"(l{e} < {n})" for n, e in zip(space.shape, space.walks)
+              if e is not None and n < space.base[e]]
+    body.emit(f"pmask = {' & '.join(['lmask'] + inside)}")
+    loop_dims = [k for k, e in enumerate(space.walks) if e is None]
+    names = [f"l{e}" if e is not None else f"s{k}" for k, e in enumerate(space.walks)]
+    body.emit(f"for s in range({math.prod(space.shape[k] for k in loop_dims)}):")
+    body.indent += 1
+    coordinates(body, "s", [space.shape[k] for k in loop_dims], [f"s{k}" for k in loop_dims])
+    for k in loop_dims:  # as blocks, like the lines' coordinates
+        body.emit(f"s{k} = s{k} + zero")
+    variables, ok = _load_indices(body, unit, space, names, "pmask")
+    src_strides = aligned_strides(tuple(src.type.shape), space.shape,
+                                  list(range(len(space.shape))), len(space.shape))
+    v = load_computed(body, f"in{unit.read_index(src)}", _offset(src_strides, names), ok,
+                      src.type.dtype, 0)
+    v = body.tmp(_converted(v, src.type.dtype, dtype))
+    target = " + ".join(["line"] + [f"{x} * {strides[d]}"
+                                    for x, (_, d, _) in zip(variables, space.indices)])
+    if accumulate:
+        old = load_computed(body, "out0", target, ok, dtype, 0)
+        v = body.tmp(f"{old} | {v}" if dtype.name == "bool" else f"{old} + {v}")
+    body.store("out0", target, v, ok, dtype)
+    body.indent -= 1
+    block = min(next_pow2(lines), blocks.pointwise)
+    return launch_of(name, unit, body, -(-lines // block) if math.prod(space.base) else 0,
+                     {"BLOCK": block})
+
+
+def scatter_gather(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
+    """The kernel of a one-node ``scatter_gather`` unit; ``Unlowered`` for other units."""
+    if len(unit.nodes) != 1:
+        raise Unlowered("a scatter_gather unit of several nodes")
+    node = unit.nodes[0]
+    op, ins, attrs = node.op, node.inputs, node.attrs
+    if op == "max_pool2d_backward":
+        return max_pool2d_backward(name, unit, blocks, interpreter_form)
+    if op == "gather":
+        return _read(name, unit, _gather_space(ins[0], ins[1], attrs["dim"]), ins[0], blocks,
+                     interpreter_form)
+    if op == "index":
+        return _read(name, unit, _index_space(ins[0], ins[1:], attrs["dims"]), ins[0], blocks,
+                     interpreter_form)
+    if op == "scatter_add":
+        return _write(name, unit, _gather_space(ins[0], ins[1], attrs["dim"]), ins[0], ins[2],
+                      True, blocks, interpreter_form)
+    if op == "index_put":
+        return _write(name, unit, _index_space(ins[0], ins[2:], attrs["dims"]), ins[0], ins[1],
+                      attrs.get("accumulate", False), blocks, interpreter_form)
+    raise Unlowered(op)
