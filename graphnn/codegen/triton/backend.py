@@ -33,6 +33,7 @@ from . import kernels
 from .device import interpreted
 from .gemm import gemm
 from .kernels import DEFAULT_BLOCKS, Unlowered
+from .multi_update import multi_update
 from .units import units
 from ..source_text import comment_text
 
@@ -52,6 +53,7 @@ BACKEND_VERSION = _version()
 # interpreter_form) -> Launch, or Unlowered for a unit it cannot lower (which then runs on the
 # host); a new kernel kind is one entry here
 TEMPLATES = {KernelKind.POINTWISE: kernels.pointwise, KernelKind.REDUCTION: kernels.reduction,
+             KernelKind.MULTI_UPDATE: multi_update,
              KernelKind.GEMM: gemm}
 
 

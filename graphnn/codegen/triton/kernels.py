@@ -212,37 +212,49 @@ def launch_of(name, unit, body, grid, blocks) -> Launch:
     return Launch(source, grid, blocks, signature)
 
 
-def pointwise(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
-    """A pointwise kernel over ``unit.space``; ``Unlowered`` if a node has no template."""
+def pointwise_body(body: KernelBody, unit, program: str, pointers: dict) -> int:
+    """Emit into ``body`` one ``BLOCK``-wide program of ``unit``'s pointwise code over
+    ``unit.space`` (``program``: the program's number, a parenthesized expression or a call),
+    loading each read and storing each write through ``pointers`` (value name -> pointer
+    argument); the number of elements of the space. ``Unlowered`` if a node has no template.
+    The kernel template of a pointwise unit, and of each group of a fused optimizer update."""
     shape = tuple(unit.space)
     ndim, numel = len(shape), math.prod(shape)
     dims = list(range(ndim))
-    body = KernelBody(interpreter_form)
-    body.emit("offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)")
+    body.emit(f"offs = {program} * BLOCK + tl.arange(0, BLOCK)")
     body.emit(f"mask = offs < {numel}")
     _indices(body, "offs", "i", dims, shape)
     where = {}
 
     def value(v):
         if v.name not in where:
-            k = unit.read_index(v)
             strides = aligned_strides(v.type.shape, shape, dims, ndim)
             if strides is None:
                 raise Unlowered(f"%{v.name} does not broadcast to {shape}")
-            where[v.name] = body.load(f"in{k}", _offset(strides, "offs", "i", dims, shape),
-                                      "mask", v.type.dtype)
+            where[v.name] = body.load(pointers[v.name],
+                                      _offset(strides, "offs", "i", dims, shape), "mask",
+                                      v.type.dtype)
         return where[v.name]
 
     for node in unit.nodes:
         if get_op(node.op).group is not OpGroup.ELEMENTWISE:
             raise Unlowered(node.op)
         where[node.outputs[0].name] = body.result(node, [value(v) for v in node.inputs])
-    for k, v in enumerate(unit.writes):
+    for v in unit.writes:
         strides = aligned_strides(v.type.shape, shape, dims, ndim)
         if strides is None:
             raise Unlowered(f"%{v.name} does not broadcast to {shape}")
-        body.store(f"out{k}", _offset(strides, "offs", "i", dims, shape), value(v), "mask",
+        body.store(pointers[v.name], _offset(strides, "offs", "i", dims, shape), value(v), "mask",
                    v.type.dtype)
+    return numel
+
+
+def pointwise(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
+    """A pointwise kernel over ``unit.space``; ``Unlowered`` if a node has no template."""
+    body = KernelBody(interpreter_form)
+    pointers = {v.name: f"in{k}" for k, v in enumerate(unit.reads)}
+    pointers.update({v.name: f"out{k}" for k, v in enumerate(unit.writes)})
+    numel = pointwise_body(body, unit, "tl.program_id(0)", pointers)
     block = min(next_pow2(numel), blocks.pointwise)
     return launch_of(name, unit, body, -(-numel // block), {"BLOCK": block})
 

@@ -1,18 +1,23 @@
 """The units the Triton backend emits: the schedule's kernels, with a multi-update kernel split
-into pointwise groups (the connected elementwise nodes of one shape: one launch per state
-tensor's update, e.g. Adam's moments and parameter) and single view and other nodes.
+into groups (pointwise groups, the connected elementwise nodes of one shape, e.g. Adam's
+moments and parameter; and single view and other nodes), whose pointwise groups are fused
+again into one multi-update unit per launch (``multi_update.batches``: one for a whole
+optimizer step).
 
 A ``Unit`` has the fields of a scheduled kernel (kind, nodes, reads, writes, space), its reads
 and writes recomputed when a kernel is split, so that each unit reads what the units before it
-wrote and writes what a later unit or the graph's outputs read.
+wrote and writes what a later unit or the graph's outputs read; a fused multi-update unit
+lists its groups in ``parts``.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from graphnn.ir.registry import OpGroup, get_op, is_view
 from graphnn.ir.schedule import KernelKind
+
+from .multi_update import batches
 
 
 @dataclass(eq=False)
@@ -24,6 +29,7 @@ class Unit:
     writes: list
     space: tuple
     scopes: list
+    parts: list = field(default_factory=list)
 
     def read_index(self, value) -> int:
         """The position of ``value`` among the unit's reads."""
@@ -83,24 +89,33 @@ def _update_groups(nodes) -> list:
     return [[nodes[i] for i in members[g]] for g in order]
 
 
+def _fused(name, groups) -> Unit:
+    """One multi-update unit running ``groups`` (which read nothing another one writes)."""
+    reads = list({v.name: v for g in groups for v in g.reads}.values())
+    writes = [v for g in groups for v in g.writes]
+    scopes = list(dict.fromkeys(s for g in groups for s in g.scopes))
+    return Unit(name, KernelKind.MULTI_UPDATE, [n for g in groups for n in g.nodes], reads,
+                writes, (sum(math.prod(g.space) for g in groups),), scopes, list(groups))
+
+
 def units(schedule) -> list:
     """The units of ``schedule`` in execution order (see the module docstring)."""
-    parts = []  # (name, kind, nodes, kernel or None)
+    parts = []  # (name, kind, nodes, kernel or None, multi-update kernel name or None)
     for k in schedule.kernels:
         if k.kind is KernelKind.MULTI_UPDATE:
-            parts += [(f"{k.name}_{j}", _node_kind(g[0]), g, None)
+            parts += [(f"{k.name}_{j}", _node_kind(g[0]), g, None, k.name)
                       for j, g in enumerate(_update_groups(k.nodes))]
         else:
-            parts.append((k.name, k.kind, list(k.nodes), k))
+            parts.append((k.name, k.kind, list(k.nodes), k, None))
     returned = {v.name for v in schedule.graph.output_values()}
-    owner = {v.name: i for i, (_, _, nodes, _) in enumerate(parts) for n in nodes
+    owner = {v.name: i for i, (_, _, nodes, _, _) in enumerate(parts) for n in nodes
              for v in n.outputs}
     read_elsewhere = set()
-    for i, (_, _, nodes, _) in enumerate(parts):
+    for i, (_, _, nodes, _, _) in enumerate(parts):
         for n in nodes:
             read_elsewhere.update(v.name for v in n.inputs if owner.get(v.name, i) != i)
-    out = []
-    for name, kind, nodes, kernel in parts:
+    out, updates = [], {}  # multi-update kernel name -> its groups' units
+    for name, kind, nodes, kernel, update in parts:
         if kernel is not None:
             out.append(Unit(name, kind, nodes, list(kernel.reads), list(kernel.writes),
                             tuple(kernel.space), kernel.scopes()))
@@ -112,5 +127,17 @@ def units(schedule) -> list:
         writes = [v for v in results if v.name in read_elsewhere or v.name in returned]
         space = tuple(max((v.type.shape for v in results), key=lambda s: (math.prod(s), len(s))))
         scopes = list(dict.fromkeys(n.scope for n in nodes if n.scope is not None))
-        out.append(Unit(name, kind, nodes, reads, writes, space, scopes))
-    return out
+        unit = Unit(name, kind, nodes, reads, writes, space, scopes)
+        if update not in updates:
+            updates[update] = []
+            out.append(update)  # where its groups go
+        updates[update].append(unit)
+    result = []
+    for item in out:
+        if isinstance(item, Unit):
+            result.append(item)
+            continue
+        for fused, groups in batches(updates[item]):
+            launches = sum(u.kind is KernelKind.MULTI_UPDATE for u in result)
+            result += [_fused(f"{item}_update{launches}", groups)] if fused else groups
+    return result
