@@ -13,6 +13,7 @@ from graphnn.ir.schedule import KernelKind
 
 from ..backend import Backend, import_kernel_file
 from .backend import BACKEND_VERSION, TEMPLATES, generate
+from .attention import ATTENTION_OPS
 from .device import DEVICE, require_torch
 from .gemm import GEMM_OPS
 from .kernels import PIVOTS
@@ -32,5 +33,6 @@ def load(path: str):
 
 BACKEND = Backend(name="triton", version=BACKEND_VERSION, device=DEVICE,
                   kernel_kinds=frozenset(TEMPLATES) | {KernelKind.MULTI_UPDATE},
-                  native_ops=core_ops() | ELEMENTWISE_OPS | PIVOTS | GEMM_OPS,
+                  native_ops=core_ops() | ELEMENTWISE_OPS | PIVOTS | GEMM_OPS
+                  | ATTENTION_OPS,
                   generate=generate, load=load)

@@ -30,6 +30,7 @@ import numpy as np
 from graphnn.ir.schedule import KernelKind
 
 from . import kernels
+from .attention import attention_forward
 from .device import interpreted
 from .gemm import gemm
 from .kernels import DEFAULT_BLOCKS, Unlowered
@@ -54,7 +55,7 @@ BACKEND_VERSION = _version()
 # host); a new kernel kind is one entry here
 TEMPLATES = {KernelKind.POINTWISE: kernels.pointwise, KernelKind.REDUCTION: kernels.reduction,
              KernelKind.MULTI_UPDATE: multi_update,
-             KernelKind.GEMM: gemm}
+             KernelKind.GEMM: gemm, KernelKind.ATTENTION: attention_forward}
 
 
 def _view(node, x: str) -> str:
