@@ -10,6 +10,7 @@ from .frontend.creation import (arange, as_tensor, empty, empty_like, eye, from_
                                 randint_like, randn, randn_like, tensor, zeros, zeros_like)
 from .frontend.functions import add, bmm, mm, mul, pow, sub
 from .frontend.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .frontend.matmul_precision import get_float32_matmul_precision, set_float32_matmul_precision
 from .frontend.random import get_rng_state, initial_seed, manual_seed, set_rng_state
 from .frontend.device import device
 from .frontend.tensor import Size, Tensor
@@ -47,5 +48,7 @@ from .tools.explain import explain  # noqa: E402
 from .compiler import compile  # noqa: E402,A001  (graphnn.compile, as torch.compile)
 from .compiler import device_runner as _device_runner  # noqa: E402
 from . import cuda  # noqa: E402
+from .runtime import tuning_store as _tuning_store  # noqa: E402
 
 _device_runner.register()  # eager tensors on cuda run through the Triton backend
+_tuning_store.register()  # the Triton autotuner remembers its choices on disk

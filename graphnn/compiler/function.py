@@ -59,8 +59,10 @@ from ..frontend import device_tensor, trace_state
 from ..frontend.device import device as frontend_device
 from ..frontend.autocast import state_key as autocast_state
 from ..frontend.grad_mode import is_grad_enabled
+from ..frontend.matmul_precision import get_float32_matmul_precision
 from ..frontend.random import get_rng_state, set_rng_state
 from ..frontend.tensor import Tensor
+from ..codegen.triton.gemm import with_float32_matmul_precision
 from ..ir.graph import flatten_structure
 from ..ir.registry import get_op
 from ..nn import hooks as H
@@ -328,7 +330,8 @@ class CompiledFunction:
         inputs = tuple(spec_of(t) for t in tensors)
         sig = Signature((self.dynamic and with_dynamic_batch(inputs)) or inputs, static,
                         tuple((k, spec_of(t)) for k, t in state.items()),
-                        training, is_grad_enabled(), call.key, autocast_state())
+                        training, is_grad_enabled(), call.key, autocast_state(),
+                        get_float32_matmul_precision())
         return sig, state
 
     def _new_entry(self, sig, args, kwargs, tensors):
@@ -445,6 +448,7 @@ class CompiledFunction:
         holder = []
         graph, random, step = self._trace(args, kwargs, holder)
         backend, launcher, wrap_device = self._target(sig)
+        backend = with_float32_matmul_precision(backend, sig.matmul_precision)
         options = (backend, self._passes, self._disable)
         name = self.name
 

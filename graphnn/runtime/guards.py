@@ -7,7 +7,8 @@ The guard rules, in one place. A call's signature holds:
 - per parameter/buffer (and, for a traced function, gradient and optimizer state) its shape,
   dtype, ``requires_grad`` and device;
 - the module's training flag, the grad mode and the autocast state (a trace records autocast's
-  casts);
+  casts), and the float32 matmul precision (``set_float32_matmul_precision``: the Triton
+  backend generates TF32 or IEEE float32 dots by it);
 - the context a trace read (``compiler.step_state``): optimizer settings, each module's
   train/eval mode, non-tensor optimizer state, which parameter and optimizer objects these are,
   and each module's plain attributes: the ``repr`` of numbers, bools, strings, None and tuples
@@ -52,6 +53,7 @@ class Signature:
     grad_enabled: bool
     context: tuple = ()  # a traced function's other specialisations (optimizer settings...)
     autocast: tuple = ()  # the autocast state traced under: ((device type, dtype name), ...)
+    matmul_precision: str = "highest"  # get_float32_matmul_precision() of the call
 
     @property
     def dynamic(self) -> bool:
@@ -173,6 +175,9 @@ def describe_change(old: Signature, new: Signature) -> str:
     if old.autocast != new.autocast:
         changes.append(f"autocast {_autocast_text(old.autocast)} -> "
                        f"{_autocast_text(new.autocast)}")
+    if old.matmul_precision != new.matmul_precision:
+        changes.append(f"float32 matmul precision {old.matmul_precision} -> "
+                       f"{new.matmul_precision}")
     if old.context != new.context:
         changes += _context_changes(old.context, new.context)
     return "; ".join(changes) or "no change"

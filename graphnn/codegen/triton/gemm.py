@@ -10,21 +10,43 @@ One program per ``BLOCK_M x BLOCK_N`` tile of one batch entry's ``M x N`` result
 add nothing) and accumulating ``tl.dot`` in float32 (float64 for float64). The epilogue adds
 the bias (over the last dim), the residual, applies the activation through the elementwise
 table (``ops.py``) and stores once, rounded to 16 bits for 16-bit results as the reference
-rounds them. float32 products use ``input_precision="ieee"``: on a GPU, results stay within
-float32 tolerance of the reference; TF32 (``set_float32_matmul_precision``) is not offered yet.
-``interpreter_form`` upcasts 16-bit loads (the interpreter's bfloat16 arithmetic is wrong).
+rounds them. ``interpreter_form`` upcasts 16-bit loads (the interpreter's bfloat16 arithmetic
+is wrong).
+
+float32 products follow ``graphnn.set_float32_matmul_precision`` as PyTorch's do:
+``input_precision="ieee"`` (results within float32 tolerance of the reference) under
+``"highest"``, TF32 tensor cores under ``"high"`` and ``"medium"``. The compiler hands the
+setting of the call it compiles over as a backend (``with_float32_matmul_precision``: another
+version, so another cache key) whose generation ``dot_precision`` reads; the convolution and
+attention templates call ``dot_precision`` for their dots too.
+
+The tile (``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K``) is ``autotune.choose``'s: for the GPU form
+with the default blocks on a machine with a GPU, the fastest of ``_candidates`` (timed once per
+shape, dtypes and precision, then read from the tuning store); otherwise (the interpreter, no
+GPU, other block limits) the ``Blocks`` tile, deterministically.
 """
 from __future__ import annotations
 
+import contextvars
+import dataclasses
+import functools
 import math
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 from graphnn.ir.ops.epilogue import ACTIVATION_OPS
 
-from .kernels import Blocks, KernelBody, Launch, aligned_strides, launch_of, next_pow2
+from .autotune import Config, choose, gpu_available, time_launch
+from .kernels import DEFAULT_BLOCKS, Blocks, KernelBody, Launch, aligned_strides, launch_of, \
+    next_pow2
 from .ops import Unlowered, compute, lower
 
 GEMM_OPS = frozenset({"matmul", "matmul_epilogue"})
+# the tiles (BLOCK_M, BLOCK_N, BLOCK_K) timed on a GPU beside the default; warps and stages are
+# Triton's defaults, which is what the generated launch runs with (it passes block sizes only)
+GPU_TILES = ((128, 128, 32), (128, 128, 64), (128, 64, 32), (64, 128, 32), (64, 64, 64),
+             (128, 64, 64), (64, 128, 64))
+_INPUT_PRECISION = contextvars.ContextVar("graphnn_tf32", default="ieee")  # of float32 dots
 
 
 def _matrix_shapes(a_shape, b_shape):
@@ -55,9 +77,60 @@ def _activate(body, activation: str, z: str, value) -> str:
     return body.tmp(f"{z} * {y}") if act.gated else y
 
 
-def gemm(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
-    """A GEMM kernel for ``unit`` (see the module docstring); ``Unlowered`` for other nodes,
-    non-float dtypes, and a bias over a 1-D ``b``'s result (whose last dim is not N)."""
+def dot_precision(acc_type: str) -> str:
+    """The ``input_precision`` argument text (with its leading comma) of a ``tl.dot``
+    accumulating in ``acc_type``: for float32, ``"tf32"`` while a backend made by
+    ``with_float32_matmul_precision`` for ``"high"`` or ``"medium"`` generates, else ``"ieee"``
+    (exact float32 products); empty for float64 (exact). It only acts on float32 operands:
+    Triton ignores it for 16-bit ones (tensor cores as they are), and its interpreter computes
+    float32 dots exactly either way."""
+    if acc_type != "tl.float32":
+        return ""
+    return f', input_precision="{_INPUT_PRECISION.get()}"'
+
+
+def _generate_tf32(generate, *args, **kwargs) -> str:
+    token = _INPUT_PRECISION.set("tf32")
+    try:
+        return generate(*args, **kwargs)
+    finally:
+        _INPUT_PRECISION.reset(token)
+
+
+@functools.lru_cache(maxsize=None)
+def with_float32_matmul_precision(backend, precision: str):
+    """``backend`` for a call compiled under ``graphnn.set_float32_matmul_precision``'s
+    ``precision``: itself for ``"highest"`` and for host backends (whose products are float32
+    whatever the setting), else a copy whose ``generate`` emits TF32 float32 dots
+    (``dot_precision``) and whose version, part of every kernel's cache key, says so. One copy
+    per backend and precision (cached)."""
+    if precision == "highest" or backend.device.shares_host:
+        return backend
+    return dataclasses.replace(backend, version=f"{backend.version}+tf32",
+                               generate=functools.partial(_generate_tf32, backend.generate))
+
+
+@dataclass(frozen=True)
+class _Gemm:
+    """What a GEMM unit computes: its node, operands, matrix sizes and batch shape."""
+
+    node: object
+    a: object
+    b: object
+    bias: object
+    residual: object
+    acc_type: str
+    m: int
+    k: int
+    n: int
+    a2: tuple
+    b2: tuple
+    batch: tuple
+
+
+def _gemm_of(unit) -> _Gemm:
+    """The unit's GEMM; ``Unlowered`` for other nodes, non-float dtypes, and a bias over a 1-D
+    ``b``'s result (whose last dim is not N)."""
     if len(unit.nodes) != 1 or unit.nodes[0].op not in GEMM_OPS:
         raise Unlowered("not one matmul")
     node = unit.nodes[0]
@@ -72,12 +145,31 @@ def gemm(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     if bias is not None and b.type.ndim == 1:
         raise Unlowered("a bias over a matrix-vector product")
     a2, b2 = _matrix_shapes(a.type.shape, b.type.shape)
-    m, k, n = a2[-2], a2[-1], b2[-1]
     batch = tuple(out.type.shape[:len(out.type.shape) - (a.type.ndim > 1) - (b.type.ndim > 1)])
-    block_m = max(16, min(next_pow2(m), blocks.gemm))
-    block_n = max(16, min(next_pow2(n), blocks.gemm))
-    block_k = max(16, min(next_pow2(k), blocks.gemm_k))
-    tiles_m, tiles_n = -(-m // block_m), -(-n // block_n)
+    return _Gemm(node, a, b, bias, residual, acc_type, a2[-2], a2[-1], b2[-1], a2, b2, batch)
+
+
+def _tile(g: _Gemm, block_m: int, block_n: int, block_k: int) -> Config:
+    """A config with the given tile limits fitted to the GEMM (no block wider than the next
+    power of two of its dim, and at least 16: ``tl.dot``'s least)."""
+    return Config((("BLOCK_M", max(16, min(next_pow2(g.m), block_m))),
+                   ("BLOCK_N", max(16, min(next_pow2(g.n), block_n))),
+                   ("BLOCK_K", max(16, min(next_pow2(g.k), block_k)))))
+
+
+def _candidates(g: _Gemm, blocks: Blocks) -> list:
+    """The configs to time: ``blocks``' tile first (the default), then ``GPU_TILES``, each
+    fitted to the GEMM, without repeats."""
+    configs = [_tile(g, blocks.gemm, blocks.gemm, blocks.gemm_k)]
+    configs += [_tile(g, *t) for t in GPU_TILES]
+    return list(dict.fromkeys(configs))
+
+
+def _source(name: str, unit, g: _Gemm, config: Config, interpreter_form: bool) -> Launch:
+    """The kernel of ``g`` with ``config``'s blocks."""
+    block = dict(config.blocks)
+    m, k, n, batch = g.m, g.k, g.n, g.batch
+    tiles_m, tiles_n = -(-m // block["BLOCK_M"]), -(-n // block["BLOCK_N"])
     body = KernelBody(interpreter_form)
     body.emit("pid = tl.program_id(0)")
     body.emit(f"tile = pid % {tiles_m * tiles_n}")
@@ -91,32 +183,49 @@ def gemm(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     body.emit(f"cols = (tile % {tiles_n}) * BLOCK_N + tl.arange(0, BLOCK_N)")
     body.emit(f"rmask = rows < {m}")
     body.emit(f"cmask = cols < {n}")
-    body.emit(f"acc = tl.zeros([BLOCK_M, BLOCK_N], {acc_type})")
+    body.emit(f"acc = tl.zeros([BLOCK_M, BLOCK_N], {g.acc_type})")
     body.emit(f"for start in range(0, {k}, BLOCK_K):")
     body.indent += 1
     body.emit("ks = start + tl.arange(0, BLOCK_K)")
     body.emit(f"kmask = ks < {k}")
-    a_tile = body.load(f"in{unit.read_index(a)}",
-                       f"{_batch_offset(a2[:-2], batch, m * k)}rows[:, None] * {k} + "
-                       f"ks[None, :]", "rmask[:, None] & kmask[None, :]", a.type.dtype)
-    b_tile = body.load(f"in{unit.read_index(b)}",
-                       f"{_batch_offset(b2[:-2], batch, k * n)}ks[:, None] * {n} + "
-                       f"cols[None, :]", "kmask[:, None] & cmask[None, :]", b.type.dtype)
-    precision = ', input_precision="ieee"' if acc_type == "tl.float32" else ""
-    body.emit(f"acc = tl.dot({a_tile}, {b_tile}, acc{precision})")
+    a_tile = body.load(f"in{unit.read_index(g.a)}",
+                       f"{_batch_offset(g.a2[:-2], batch, m * k)}rows[:, None] * {k} + "
+                       f"ks[None, :]", "rmask[:, None] & kmask[None, :]", g.a.type.dtype)
+    b_tile = body.load(f"in{unit.read_index(g.b)}",
+                       f"{_batch_offset(g.b2[:-2], batch, k * n)}ks[:, None] * {n} + "
+                       f"cols[None, :]", "kmask[:, None] & cmask[None, :]", g.b.type.dtype)
+    body.emit(f"acc = tl.dot({a_tile}, {b_tile}, acc{dot_precision(g.acc_type)})")
     body.indent -= 1
-    at = "rows[:, None] * {n} + cols[None, :]".format(n=n)
-    out_offset = f"batch * {m * n} + {at}"
+    out = g.node.outputs[0]
+    out_offset = f"batch * {m * n} + rows[:, None] * {n} + cols[None, :]"
     mask = "rmask[:, None] & cmask[None, :]"
     z = "acc"
-    if bias is not None:
-        v = body.load(f"in{unit.read_index(bias)}", "cols", "cmask", bias.type.dtype)
-        z = body.tmp(f"{z} + {body.cast(v, acc_type, acc_type)}[None, :]")
-    if residual is not None:
-        v = body.load(f"in{unit.read_index(residual)}", out_offset, mask, residual.type.dtype)
-        z = body.tmp(f"{z} + {body.cast(v, acc_type, acc_type)}")
-    z = _activate(body, attrs.get("activation", "none"), z, out)
+    if g.bias is not None:
+        v = body.load(f"in{unit.read_index(g.bias)}", "cols", "cmask", g.bias.type.dtype)
+        z = body.tmp(f"{z} + {body.cast(v, g.acc_type, g.acc_type)}[None, :]")
+    if g.residual is not None:
+        v = body.load(f"in{unit.read_index(g.residual)}", out_offset, mask,
+                      g.residual.type.dtype)
+        z = body.tmp(f"{z} + {body.cast(v, g.acc_type, g.acc_type)}")
+    z = _activate(body, g.node.attrs.get("activation", "none"), z, out)
     body.store("out0", out_offset, z, mask, out.type.dtype)
     grid = math.prod(batch) * tiles_m * tiles_n
-    return launch_of(name, unit, body, grid,
-                   {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k})
+    return launch_of(name, unit, body, grid, block)
+
+
+def gemm(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
+    """A GEMM kernel for ``unit`` (see the module docstring); ``Unlowered`` for other nodes,
+    non-float dtypes, and a bias over a 1-D ``b``'s result (whose last dim is not N). Its tile
+    is ``autotune.choose``'s among ``_candidates``: timed on a GPU for the GPU form with the
+    default blocks, else ``blocks``' tile."""
+    g = _gemm_of(unit)
+    candidates = _candidates(g, blocks)
+    bench = None
+    if not interpreter_form and blocks == DEFAULT_BLOCKS and gpu_available():
+        def bench(config):
+            return time_launch(_source(name, unit, g, config, False), unit, config)
+    key = {"a": [list(g.a2), g.a.type.dtype.name], "b": [list(g.b2), g.b.type.dtype.name],
+           "out": g.node.outputs[0].type.dtype.name,
+           "input_precision": _INPUT_PRECISION.get() if g.acc_type == "tl.float32" else None}
+    config = choose("gemm", key, candidates, bench)
+    return _source(name, unit, g, config, interpreter_form)
