@@ -28,12 +28,11 @@ KEY = {"m": 100, "dtype": "float16"}
 
 
 @pytest.fixture
-def store(isolated_cache, monkeypatch):  # noqa: F811
-    """The disk store in the test's cache directory, installed, on a fake GPU."""
+def cache_dir(isolated_cache, monkeypatch):  # noqa: F811
+    """The test's cache directory, with the disk store installed, on a fake GPU."""
     monkeypatch.setattr(autotune, "identity", lambda: IDENTITY)
-    disk = DiskStore()
-    monkeypatch.setattr(autotune, "_store", disk)
-    return disk
+    monkeypatch.setattr(autotune, "_store", DiskStore())
+    return isolated_cache
 
 
 class _Bench:
@@ -55,16 +54,16 @@ def _entry_path(cache_dir):
     return cache_dir / f"autotune-{name}.json"
 
 
-def test_without_a_bench_the_default_is_chosen_and_nothing_is_stored(store, isolated_cache):  # noqa: F811,E501
+def test_without_a_bench_the_default_is_chosen_and_nothing_is_stored(cache_dir):
     assert choose("test", KEY, CANDIDATES, None) is CANDIDATES[0]
-    assert not _entry_path(isolated_cache).exists()
+    assert not _entry_path(cache_dir).exists()
 
 
-def test_the_fastest_is_chosen_stored_and_found_again_without_timing(store, isolated_cache):  # noqa: F811,E501
+def test_the_fastest_is_chosen_stored_and_found_again_without_timing(cache_dir):
     bench = _Bench({16: 3.0, 32: 1.0, 64: 2.0})
     assert choose("test", KEY, CANDIDATES, bench) is CANDIDATES[1]
     assert bench.calls == CANDIDATES  # each timed once
-    path = _entry_path(isolated_cache)
+    path = _entry_path(cache_dir)
     assert os.stat(path).st_mode & 0o777 == 0o600
     entry = json.loads(path.read_text())
     assert entry["key"] == {**IDENTITY, "kind": "test", "key": KEY}
@@ -76,13 +75,13 @@ def test_the_fastest_is_chosen_stored_and_found_again_without_timing(store, isol
         is CANDIDATES[0]
 
 
-def test_configs_that_fail_are_skipped_and_all_failing_gives_the_default(store, isolated_cache):  # noqa: F811,E501
+def test_configs_that_fail_are_skipped_and_all_failing_gives_the_default(cache_dir):
     bench = _Bench({16: RuntimeError("out of resources"), 32: float("nan"), 64: 5.0})
     assert choose("test", KEY, CANDIDATES, bench) is CANDIDATES[2]
-    os.unlink(_entry_path(isolated_cache))
+    os.unlink(_entry_path(cache_dir))
     failing = _Bench({s: RuntimeError("no") for s in (16, 32, 64)})
     assert choose("test", KEY, CANDIDATES, failing) is CANDIDATES[0]
-    assert not _entry_path(isolated_cache).exists()
+    assert not _entry_path(cache_dir).exists()
 
 
 def _valid_entry(config):
@@ -109,8 +108,8 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("what", list(HOSTILE))
-def test_corrupt_and_hostile_entries_are_ignored_and_rewritten(store, isolated_cache, what):  # noqa: F811,E501
-    path = _entry_path(isolated_cache)
+def test_corrupt_and_hostile_entries_are_ignored_and_rewritten(cache_dir, what):
+    path = _entry_path(cache_dir)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     path.write_bytes(HOSTILE[what])
     os.chmod(path, 0o600)
@@ -120,8 +119,8 @@ def test_corrupt_and_hostile_entries_are_ignored_and_rewritten(store, isolated_c
     assert json.loads(path.read_text())["config"] == CANDIDATES[1].as_json()
 
 
-def test_a_valid_entry_picks_its_candidate(store, isolated_cache):  # noqa: F811
-    path = _entry_path(isolated_cache)
+def test_a_valid_entry_picks_its_candidate(cache_dir):
+    path = _entry_path(cache_dir)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     path.write_text(_valid_entry(CANDIDATES[2].as_json()))
     os.chmod(path, 0o600)
@@ -129,8 +128,8 @@ def test_a_valid_entry_picks_its_candidate(store, isolated_cache):  # noqa: F811
 
 
 @pytest.mark.skipif(not hasattr(os, "getuid"), reason="file ownership checks need POSIX")
-def test_entries_others_could_have_written_are_not_read(store, isolated_cache, tmp_path):  # noqa: F811,E501
-    path = _entry_path(isolated_cache)
+def test_entries_others_could_have_written_are_not_read(cache_dir, tmp_path):
+    path = _entry_path(cache_dir)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     path.write_text(_valid_entry(CANDIDATES[2].as_json()))
     os.chmod(path, 0o666)  # writable by group and others
@@ -141,9 +140,9 @@ def test_entries_others_could_have_written_are_not_read(store, isolated_cache, t
     planted.write_text(_valid_entry(CANDIDATES[2].as_json()))
     os.chmod(planted, 0o600)
     path.symlink_to(planted)  # a link is not a regular file
-    assert store.read(path.name[len("autotune-"):-len(".json")]) is None
+    assert DiskStore().read(path.name[len("autotune-"):-len(".json")]) is None
     with pytest.raises(ValueError, match="sha256"):
-        store.read("../../etc/passwd")
+        DiskStore().read("../../etc/passwd")
 
 
 def test_an_untrusted_cache_directory_is_neither_read_nor_written(isolated_cache, monkeypatch,
@@ -168,7 +167,7 @@ def _gemm_stage(shapes=((300, 200), (200, 260))):
     return stages.build(graph, "inference", BACKEND).stages["inference"]
 
 
-def test_the_chosen_tile_reaches_the_generated_gpu_source(store, monkeypatch):
+def test_the_chosen_tile_reaches_the_generated_gpu_source(cache_dir, monkeypatch):
     """On a (faked) GPU the GPU form's tile is the fastest candidate by the bench; the launch
     and SIGNATURES carry it, and a second generation reads it from the store."""
     monkeypatch.setattr(gemm, "gpu_available", lambda: True)
@@ -191,9 +190,9 @@ def test_the_chosen_tile_reaches_the_generated_gpu_source(store, monkeypatch):
     assert timed == []
 
 
-def test_the_interpreter_form_and_small_blocks_never_time(store, monkeypatch):
+def test_the_interpreter_form_and_a_machine_without_gpu_never_time(cache_dir, monkeypatch):
     """Under the interpreter (or with other block limits, or no GPU) the tile is the Blocks
-    one, whatever the machine has: the bench is never called."""
+    one: the bench is never called."""
     monkeypatch.setattr(gemm, "gpu_available", lambda: True)
     monkeypatch.setattr(gemm, "time_launch", lambda *a: pytest.fail("timed"))
     stage = _gemm_stage()
