@@ -10,6 +10,12 @@ finds it first): the same op on the same types reuses the kernel, and
 the kernel cache (memory and disk) is shared with compiled code. The kernel runs on the device
 arrays (torch tensors) and returns device arrays.
 
+Random ops reach the device with their seed as an input (a 0-d int64 device tensor, the seed
+attribute None), never as an attribute: the key holds no seed, so every draw of one op, shape
+and dtype reuses one kernel (``codegen/triton/random.py``), which reads the seed at run time.
+``draw`` is that draw for compiled code's random inputs (``random_inputs.py``), the same kernel
+as an eager draw.
+
 The device is the Triton backend's: ``cuda`` where torch sees a GPU; with
 ``TRITON_INTERPRET=1`` (and triton installed), torch CPU tensors run by Triton's interpreter,
 so the device path runs without a GPU. torch is imported only when the device is first used.
@@ -20,11 +26,14 @@ import importlib.util
 import os
 import threading
 
+import numpy as np
+
 from ..codegen.triton import BACKEND
 from ..codegen.triton.device import DEVICE, interpreted
 from ..frontend.device import device, register_device_runner
 from ..ir.errors import UnsupportedError
 from ..ir.graph import Graph, flatten_structure, map_structure
+from ..ir.registry import get_op
 from ..ir.types import TensorType
 from ..runtime.artifact import CompiledArtifact
 from . import stages
@@ -86,6 +95,12 @@ class TritonRuntime:
         inputs = [a.contiguous() for a in arrays]
         results = artifact.launch(inputs, {}, _to_host)
         return [r.contiguous() for r in flatten_structure(results)]
+
+    def draw(self, op_name: str, attrs: dict, out_type, seed: int):
+        """The device array of random op ``op_name`` (``attrs`` without their seed) of type
+        ``out_type``, drawn on the device from ``seed`` by the op's kernel."""
+        seed_array = DEVICE.upload(np.array(seed, dtype=np.int64))
+        return self.run(get_op(op_name), [seed_array], {**attrs, "seed": None}, [out_type])[0]
 
     def _artifact(self, op, types, attrs, out_types) -> CompiledArtifact:
         key = _fast_key(op, types, attrs)

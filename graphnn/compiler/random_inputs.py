@@ -1,11 +1,15 @@
 """Random values a compiled graph needs drawn per call.
 
 ``lift_random(graph)`` replaces each input-less seeded op (``rand`` as dropout uses) by a new
-graph input of role ``random`` and returns the ``RandomInputs`` that draw them per call with fresh seeds, in trace
-order, from graphnn's global generator, as eager draws them (the compiling call uses the
-seeds its trace drew). With ``dynamic=True`` the values' shapes follow the batch size
-(``with_batch``). ``has_seeded_ops`` finds seeded ops left inside a graph (attention dropout),
-which compiled code does not draw seeds for.
+graph input of role ``random`` and returns the ``RandomInputs`` that draw them per call with
+fresh seeds, in trace order, from graphnn's global generator, as eager draws them (the
+compiling call uses the seeds its trace drew). A call on device tensors draws them on the device with the kernel an
+eager draw there uses (``device_runner.TritonRuntime.draw``: Triton's Philox, the device's
+stream), a host call with the op's reference implementation (the host stream): compiled code
+draws what eager code draws on the same device under the same ``manual_seed``. With
+``dynamic=True`` the values' shapes follow the batch size (``with_batch``).
+``has_seeded_ops`` finds seeded ops left inside a graph (attention dropout), which compiled
+code does not draw seeds for.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from ..ir.registry import get_op
 from ..ir.types import TensorType
 from ..ir.verifier import verify_in_debug_mode
 from ..runtime.shape_template import LinearSize, NotGeneric
+from .device_runner import RUNTIME
 
 
 def has_seeded_ops(graph) -> bool:
@@ -63,20 +68,24 @@ class RandomInputs:
         return RandomInputs(self.specs, shapes, carrier, traced=False)
 
     def draw(self, tensors) -> list:
+        """The values of this call (whose tensors are ``tensors``): on the device when one of
+        them is on it, else on the host."""
         if not self.specs:
             return []
         with self._lock:
             traced, self._traced = self._traced, False
-        if traced:
-            return [get_op(op).run([], attrs, [t])[0] for op, attrs, t in self.specs]
-        size = tensors[self.carrier]._data.shape[0] if self.shapes else None
+        on_device = any(t._on_device for t in tensors)
+        size = tensors[self.carrier]._data.shape[0] if self.shapes and not traced else None
         out = []
         for k, (op, attrs, t) in enumerate(self.specs):
-            attrs = {**attrs, "seed": next_seed()}
-            if self.shapes:
+            seed = attrs["seed"] if traced else next_seed()
+            if size is not None:
                 shape = tuple(f.at(size) for f in self.shapes[k])
-                attrs["shape"], t = shape, TensorType(shape, t.dtype)
-            out.append(get_op(op).run([], attrs, [t])[0])
+                attrs, t = {**attrs, "shape": shape}, TensorType(shape, t.dtype)
+            if on_device:
+                out.append(RUNTIME.draw(op, attrs, t, seed))
+            else:
+                out.append(get_op(op).run([], {**attrs, "seed": seed}, [t])[0])
         return out
 
 

@@ -6,6 +6,8 @@ import numpy as np
 
 from ..ir.dtypes import DEFAULT_FLOAT, as_dtype, bool_, from_numpy_dtype, int64
 from ..ir.errors import DTypeError, ShapeError
+from . import trace_state
+from .device import CPU, resolve
 from .dispatch import apply1
 from .grad_mode import no_grad
 from .random import next_seed
@@ -78,9 +80,8 @@ def _wrap(array, requires_grad=False, device=None):
 
 
 def _placed(t, device, requires_grad):
-    """``t`` (made on the host) moved to ``device`` (None: the CPU), then a leaf requiring grad
-    if asked. Random tensors for a device are drawn on the host from graphnn's generator and
-    uploaded: the device's stream is the CPU's (PyTorch's differs; see docs/architecture.md)."""
+    """``t`` moved to ``device`` (None: the CPU; nothing moves when it is there), then a leaf
+    requiring grad if asked."""
     if device is not None:
         t = t.to(device)
     if requires_grad:
@@ -187,9 +188,19 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
 
 
 def _random(op, size, dtype, device, requires_grad, **attrs):
+    """Random op ``op`` seeded from graphnn's generator. On a device (outside a trace) it is
+    drawn there: its seed is its input, a 0-d int64 tensor on the device, so one kernel draws
+    for every seed (Triton's Philox on ``cuda``: another stream than the CPU's, as in
+    PyTorch). On the CPU, and while tracing (compiled code draws the lifted values per call,
+    on the call's device: ``compiler/random_inputs.py``), the seed is an attribute."""
+    where = None if device is None else resolve(device, f"graphnn.{op}")
     with no_grad():
-        t = apply1(op, shape=_shape(size), dtype=dtype, seed=next_seed(), **attrs)
-    return _placed(t, device, requires_grad)
+        if where is None or where == CPU or trace_state.active() is not None:
+            t = apply1(op, shape=_shape(size), dtype=dtype, seed=next_seed(), **attrs)
+        else:
+            seed = _wrap(np.array(next_seed(), dtype=np.int64), device=where)
+            t = apply1(op, seed, shape=_shape(size), dtype=dtype, **attrs)
+    return _placed(t, where, requires_grad)
 
 
 def rand(*size, dtype=None, device=None, generator=None, requires_grad=False):

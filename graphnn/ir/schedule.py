@@ -33,6 +33,7 @@ class KernelKind(enum.Enum):
     POOLING = "pooling"  # max pooling with the window position of each maximum
     SCATTER_GATHER = "scatter_gather"  # index/gather and scatter-adds (pooling, embedding grads)
     ATTENTION = "attention"  # fused scaled dot-product attention
+    RANDOM = "random"  # random numbers drawn from a seed (rand, randn, randint)
     MULTI_UPDATE = "multi_update"  # the state updates of a training step, all parameters at once
     VIEW = "view"  # reshape, permute, expand, slice: an alias of its input
     EXTERN = "extern"  # anything else: the op's reference implementation

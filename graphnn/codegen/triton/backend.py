@@ -34,6 +34,7 @@ from .attention import attention_forward
 from .device import interpreted
 from .gemm import gemm
 from .kernels import DEFAULT_BLOCKS, Unlowered
+from .random import random
 from .multi_update import multi_update
 from .units import units
 from ..source_text import comment_text
@@ -55,6 +56,7 @@ BACKEND_VERSION = _version()
 # host); a new kernel kind is one entry here
 TEMPLATES = {KernelKind.POINTWISE: kernels.pointwise, KernelKind.REDUCTION: kernels.reduction,
              KernelKind.MULTI_UPDATE: multi_update,
+             KernelKind.RANDOM: random,
              KernelKind.GEMM: gemm, KernelKind.ATTENTION: attention_forward}
 
 
