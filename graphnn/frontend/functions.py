@@ -63,7 +63,8 @@ def dropout(input, p=0.5, training=True):
     if p == 1:
         return input * 0.0
     from .creation import rand_like
-    keep = rand_like(input) >= p  # drawn on the input's device, in its dtype
+    keep = rand_like(input) >= p  # in its dtype, on its device (cuda: a Philox kernel, whose
+    # stream differs from the CPU's, as in PyTorch)
     return input * keep.to(input.dtype) * (1.0 / (1.0 - p))
 
 
