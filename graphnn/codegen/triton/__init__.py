@@ -15,9 +15,11 @@ from ..backend import Backend, import_kernel_file
 from .backend import BACKEND_VERSION, TEMPLATES, generate
 from .attention import ATTENTION_OPS
 from .device import DEVICE, require_torch
+from .conv import CONV_OPS
 from .gemm import GEMM_OPS
 from .kernels import PIVOTS
 from .ops import ELEMENTWISE_OPS
+from .pool import POOL_OPS
 
 
 def load(path: str):
@@ -33,6 +35,6 @@ def load(path: str):
 
 BACKEND = Backend(name="triton", version=BACKEND_VERSION, device=DEVICE,
                   kernel_kinds=frozenset(TEMPLATES) | {KernelKind.MULTI_UPDATE},
-                  native_ops=core_ops() | ELEMENTWISE_OPS | PIVOTS | GEMM_OPS
-                  | ATTENTION_OPS,
+                  native_ops=core_ops() | ELEMENTWISE_OPS | PIVOTS | GEMM_OPS | CONV_OPS
+                  | ATTENTION_OPS | POOL_OPS,
                   generate=generate, load=load)

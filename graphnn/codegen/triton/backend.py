@@ -32,8 +32,11 @@ from graphnn.ir.schedule import KernelKind
 from . import kernels
 from .attention import attention_forward
 from .device import interpreted
+from .conv import conv
 from .gemm import gemm
+from .indexing import scatter_gather
 from .kernels import DEFAULT_BLOCKS, Unlowered
+from .pool import max_pool2d
 from .random import random
 from .multi_update import multi_update
 from .units import units
@@ -56,8 +59,9 @@ BACKEND_VERSION = _version()
 # host); a new kernel kind is one entry here
 TEMPLATES = {KernelKind.POINTWISE: kernels.pointwise, KernelKind.REDUCTION: kernels.reduction,
              KernelKind.MULTI_UPDATE: multi_update,
-             KernelKind.RANDOM: random,
-             KernelKind.GEMM: gemm, KernelKind.ATTENTION: attention_forward}
+             KernelKind.RANDOM: random, KernelKind.GEMM: gemm, KernelKind.CONVOLUTION: conv,
+             KernelKind.ATTENTION: attention_forward,
+             KernelKind.POOLING: max_pool2d, KernelKind.SCATTER_GATHER: scatter_gather}
 
 
 def _view(node, x: str) -> str:
@@ -81,12 +85,10 @@ def _number(value) -> str:
     return repr(value)
 
 
-def _fill(node) -> str | None:
+def _fill(node) -> str:
     """The torch source of a ``full`` node (its value converted to the dtype as the reference
-    converts it), or None for a dtype torch does not hold here."""
+    converts it: a bfloat16 value rounded by ml_dtypes, which torch then holds exactly)."""
     dtype = node.attrs["dtype"]
-    if dtype.name == "bfloat16":
-        return None
     with np.errstate(all="ignore"):
         value = np.array(node.attrs["value"]).astype(dtype.np).item()
     shape = tuple(int(s) for s in node.attrs["shape"])
@@ -125,8 +127,7 @@ class _Module:
             if x.name in self.shared:
                 self.shared.add(out.name)
             return
-        if unit.kind is KernelKind.POINTWISE and unit.nodes[0].op == "full" and \
-                _fill(unit.nodes[0]) is not None:
+        if unit.kind is KernelKind.POINTWISE and unit.nodes[0].op == "full":
             out = unit.nodes[0].outputs[0]
             self.emit(f"{self.name(out)} = {_fill(unit.nodes[0])}", out)
             return

@@ -94,10 +94,11 @@ class _Contraction:
         body.emit(f"rmask = rows < {self.m}")
         body.emit(f"cmask = cols < {self.n}")
 
-    def accumulate(self, tiles) -> None:
+    def accumulate(self, tiles, exact=None) -> None:
         """Emit ``acc``: the loop over the contraction (``ks``, ``kmask``) in which
         ``tiles()`` emits the step's loads and returns the ``[BLOCK_M, BLOCK_K]`` and
-        ``[BLOCK_K, BLOCK_N]`` tile variables."""
+        ``[BLOCK_K, BLOCK_N]`` tile variables. ``exact()``, if given, emits the step's sum
+        without ``tl.dot``, taken instead where the second tile holds inf or NaN."""
         body = self.body
         body.emit(f"acc = tl.zeros([BLOCK_M, BLOCK_N], {self.acc_type})")
         body.emit(f"for start in range(0, {self.k}, BLOCK_K):")
@@ -106,8 +107,15 @@ class _Contraction:
         body.emit(f"kmask = ks < {self.k}")
         a, b = tiles()
         precision = ', input_precision="ieee"' if self.acc_type == "tl.float32" else ""
+        if exact is not None:
+            body.emit(f"if tl.sum(({b} * 0 != 0).to(tl.int32)) > 0:")
+            body.indent += 1
+            exact()
+            body.indent -= 1
+            body.emit("else:")
+            body.indent += 1
         body.emit(f"acc = tl.dot({a}, {b}, acc{precision})")
-        body.indent -= 1
+        body.indent -= 1 + (exact is not None)
 
     def launch(self, name, unit, groups) -> Launch:
         return launch_of(name, unit, self.body, groups * self.tiles_m * self.tiles_n,
@@ -140,31 +148,47 @@ def _forward(c: _Contraction, g: _Geometry, node, unit) -> str:
 
 
 def _input_grad(c: _Contraction, g: _Geometry, node, unit) -> str:
-    """Emit conv2d_input_grad's contraction (rows: input positions); the output offsets."""
+    """Emit conv2d_input_grad's contraction (rows: input positions); the output offsets.
+
+    A tap outside the output gradient is masked to 0 in its tile, but the reference never
+    multiplies it, so where the weight tile holds inf or NaN (whose product with 0 is NaN) the
+    step is summed one tap at a time over the valid taps only instead of by ``tl.dot``."""
     body, gy, w = c.body, node.inputs[0], node.inputs[1]
     _split(body, "rows", ["n", "py", "px"], [g.n, g.h, g.w])
     plane = g.ho * g.wo
     body.emit(f"base = n * {g.cout * plane} + grp * {g.og * plane}")
 
-    def tiles():
-        _split(body, "ks", ["oc", "ti", "tj"], [g.og, g.kh, g.kw])
-        body.emit(f"ty = (py + {g.ph})[:, None] - (ti * {g.dh})[None, :]")
-        body.emit(f"tx = (px + {g.pw})[:, None] - (tj * {g.dw})[None, :]")
-        body.emit(f"oy = ty{f' // {g.sh}' if g.sh > 1 else ''}")
-        body.emit(f"ox = tx{f' // {g.sw}' if g.sw > 1 else ''}")
-        mask = "rmask[:, None] & kmask[None, :]"
+    def taps(k, v="", r="[:, None]", kr="[None, :]", kc="[:, None]", cc="[None, :]"):
+        """The valid taps' mask, the gradient's and the weight's tile at contraction index
+        ``k`` (variables suffixed ``v``): ``[rows, k]`` and ``[k, cols]`` tiles through the
+        broadcast suffixes ``r``/``kr`` and ``kc``/``cc`` (all '' for one scalar ``k``)."""
+        _split(body, k, [f"oc{v}", f"ti{v}", f"tj{v}"], [g.og, g.kh, g.kw])
+        body.emit(f"ty{v} = (py + {g.ph}){r} - (ti{v} * {g.dh}){kr}")
+        body.emit(f"tx{v} = (px + {g.pw}){r} - (tj{v} * {g.dw}){kr}")
+        body.emit(f"oy{v} = ty{v}{f' // {g.sh}' if g.sh > 1 else ''}")
+        body.emit(f"ox{v} = tx{v}{f' // {g.sw}' if g.sw > 1 else ''}")
+        valid = f"rmask{r} & ({k} < {c.k}){kr}"
         for t, o, stride, size in (("ty", "oy", g.sh, g.ho), ("tx", "ox", g.sw, g.wo)):
-            whole = f" & ({t} % {stride} == 0)" if stride > 1 else ""
-            mask += f" & ({t} >= 0){whole} & ({o} < {size})"
+            whole = f" & ({t}{v} % {stride} == 0)" if stride > 1 else ""
+            valid += f" & ({t}{v} >= 0){whole} & ({o}{v} < {size})"
+        valid = body.tmp(valid)
         a = body.load(f"in{unit.read_index(gy)}",
-                      f"base[:, None] + (oc * {plane})[None, :] + oy * {g.wo} + ox", mask,
+                      f"base{r} + (oc{v} * {plane}){kr} + oy{v} * {g.wo} + ox{v}", valid,
                       gy.type.dtype)
         b = body.load(f"in{unit.read_index(w)}",
-                      f"((grp * {g.og} + oc) * {g.cg * g.taps} + ti * {g.kw} + tj)[:, None] + "
-                      f"(cols * {g.taps})[None, :]", "kmask[:, None] & cmask[None, :]",
+                      f"((grp * {g.og} + oc{v}) * {g.cg * g.taps} + ti{v} * {g.kw} + tj{v}){kc}"
+                      f" + (cols * {g.taps}){cc}", f"({k} < {c.k}){kc} & cmask{cc}",
                       w.type.dtype)
-        return a, b
-    c.accumulate(tiles)
+        return valid, a, b
+
+    def exact():
+        body.emit("for kk in range(0, BLOCK_K):")
+        body.indent += 1
+        valid, a, b = taps("(start + kk)", "1", "", "", "", "")
+        a, b = (body.cast(t, c.acc_type, c.acc_type) for t in (a, b))
+        body.emit(f"acc += tl.where({valid}[:, None], {a}[:, None] * {b}[None, :], 0)")
+        body.indent -= 1
+    c.accumulate(lambda: taps("ks")[1:], exact)
     image = g.h * g.w
     return f"(n * {g.cin * image} + rows % {image})[:, None] + " \
            f"((grp * {g.cg} + cols) * {image})[None, :]"

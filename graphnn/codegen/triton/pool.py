@@ -19,7 +19,7 @@ literals and the window's taps unrolled in row-major order.
   ``ir/ops/pool.has_outside_windows``) runs on the host.
 
 Values are compared and summed in float32 (float64 for float64); 16-bit gradients are rounded
-once per element (the reference rounds after each of several adds into one element).
+after each add, as the reference and PyTorch add into a 16-bit plane.
 """
 from __future__ import annotations
 
@@ -131,6 +131,6 @@ def max_pool2d_backward(name: str, unit, blocks: Blocks, interpreter_form: bool)
             body.emit(f"hit = ok & (tl.load(in{unit.read_index(index)} + {at}, mask=ok, "
                       f"other=-1) == here)")
             v = load_computed(body, f"in{unit.read_index(g)}", at, "hit", g.type.dtype, 0)
-            body.emit(f"acc = acc + {v}")
+            body.emit(f"acc = {body.rounded(out.type.dtype, f'acc + {v}')}")
     body.store("out0", "offs", "acc", "mask", out.type.dtype)
     return _launch(name, unit, body, math.prod(shape), blocks)
