@@ -20,20 +20,20 @@ and ``O = C_out / groups``:
 
 One program per ``BLOCK_M x BLOCK_N`` tile of one group's result; it loops over the contraction
 in ``BLOCK_K`` steps of masked tiles (ragged edges add 0) and accumulates ``tl.dot`` in float32
-(float64 for float64), with ``input_precision="ieee"`` for float32 as ``gemm.py`` does. The
-forward's epilogue adds the bias (per output channel) and the residual and applies the
-activation through the elementwise table (``gemm._activate``), then stores once, rounded to 16
-bits for 16-bit results as the reference rounds them. Operands are C-contiguous (the wrapper
-makes them so) and shapes are literals. ``interpreter_form`` upcasts 16-bit loads (the
-interpreter computes bfloat16 on bit patterns); the GPU form feeds 16-bit tiles to ``tl.dot``,
-which accumulates in float32, so bfloat16 is right by construction but not checked numerically
-here.
+(float64 for float64), with ``gemm.dot_precision``'s ``input_precision`` (float32 products
+follow ``set_float32_matmul_precision`` as the matmuls do). The forward's epilogue adds the bias
+(per output channel) and the residual and applies the activation through the elementwise table
+(``gemm._activate``), then stores once, rounded to 16 bits for 16-bit results as the reference
+rounds them. Operands are C-contiguous (the wrapper makes them so) and shapes are literals.
+``interpreter_form`` upcasts 16-bit loads (the interpreter computes bfloat16 on bit patterns);
+the GPU form feeds 16-bit tiles to ``tl.dot``, which accumulates in float32, so bfloat16 is
+right by construction but not checked numerically here.
 """
 from __future__ import annotations
 
 import math
 
-from .gemm import _activate
+from .gemm import _activate, dot_precision
 from .kernels import Blocks, KernelBody, Launch, launch_of, next_pow2
 from .ops import Unlowered, compute
 
@@ -106,7 +106,6 @@ class _Contraction:
         body.emit("ks = start + tl.arange(0, BLOCK_K)")
         body.emit(f"kmask = ks < {self.k}")
         a, b = tiles()
-        precision = ', input_precision="ieee"' if self.acc_type == "tl.float32" else ""
         if exact is not None:
             body.emit(f"if tl.sum(({b} * 0 != 0).to(tl.int32)) > 0:")
             body.indent += 1
@@ -114,7 +113,7 @@ class _Contraction:
             body.indent -= 1
             body.emit("else:")
             body.indent += 1
-        body.emit(f"acc = tl.dot({a}, {b}, acc{precision})")
+        body.emit(f"acc = tl.dot({a}, {b}, acc{dot_precision(self.acc_type)})")
         body.indent -= 1 + (exact is not None)
 
     def launch(self, name, unit, groups) -> Launch:
