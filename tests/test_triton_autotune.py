@@ -191,14 +191,17 @@ def test_the_chosen_tile_reaches_the_generated_gpu_source(cache_dir, monkeypatch
 
 
 def test_the_interpreter_form_and_a_machine_without_gpu_never_time(cache_dir, monkeypatch):
-    """Under the interpreter (or with other block limits, or no GPU) the tile is the Blocks
-    one: the bench is never called."""
+    """Under the interpreter (or with other block limits, for an empty product, or with no GPU)
+    the tile is the Blocks one: the bench is never called."""
     monkeypatch.setattr(gemm, "gpu_available", lambda: True)
     monkeypatch.setattr(gemm, "time_launch", lambda *a: pytest.fail("timed"))
     stage = _gemm_stage()
     source = BACKEND.generate(stage.schedule, stage.plan, interpreter_form=True)
     want = DEFAULT_BLOCKS.gemm, DEFAULT_BLOCKS.gemm, DEFAULT_BLOCKS.gemm_k
     assert "BLOCK_M={}, BLOCK_N={}, BLOCK_K={}".format(*want) in source
+    empty = _gemm_stage(((0, 200), (200, 260)))  # nothing to time: no program runs
+    assert "'BLOCK_M': 16, 'BLOCK_N': 64, 'BLOCK_K': 32" in BACKEND.generate(
+        empty.schedule, empty.plan, interpreter_form=False)
     monkeypatch.setattr(gemm, "gpu_available", lambda: False)
     gpu_form = BACKEND.generate(stage.schedule, stage.plan, interpreter_form=False)
     assert "BLOCK_M={}, BLOCK_N={}, BLOCK_K={}".format(*want) in gpu_form

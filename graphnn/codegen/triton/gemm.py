@@ -216,12 +216,13 @@ def _source(name: str, unit, g: _Gemm, config: Config, interpreter_form: bool) -
 def gemm(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     """A GEMM kernel for ``unit`` (see the module docstring); ``Unlowered`` for other nodes,
     non-float dtypes, and a bias over a 1-D ``b``'s result (whose last dim is not N). Its tile
-    is ``autotune.choose``'s among ``_candidates``: timed on a GPU for the GPU form with the
-    default blocks, else ``blocks``' tile."""
+    is ``autotune.choose``'s among ``_candidates``: timed on a GPU for the GPU form of a
+    non-empty product with the default blocks, else ``blocks``' tile."""
     g = _gemm_of(unit)
     candidates = _candidates(g, blocks)
     bench = None
-    if not interpreter_form and blocks == DEFAULT_BLOCKS and gpu_available():
+    empty = math.prod(g.batch) * g.m * g.n * g.k == 0
+    if not interpreter_form and blocks == DEFAULT_BLOCKS and not empty and gpu_available():
         def bench(config):
             return time_launch(_source(name, unit, g, config, False), unit, config)
     key = {"a": [list(g.a2), g.a.type.dtype.name], "b": [list(g.b2), g.b.type.dtype.name],
