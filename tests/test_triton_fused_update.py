@@ -166,7 +166,7 @@ def _recording_backend(schedules: list):
     return backend.name
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_fused_update_compiles_ahead_of_time_for_sm80_and_sm90(dtype, tmp_path):
     """The GPU form of the steps' fused update kernels (SGD with momentum and AdamW, default
     and small blocks) compiles to PTX for sm80 and sm90 without a GPU (the steps' other

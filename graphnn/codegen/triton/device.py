@@ -12,7 +12,8 @@ import os
 
 import numpy as np
 
-from graphnn.ir.dtypes import from_numpy_dtype
+from graphnn.ir.dtypes import bfloat16, from_numpy_dtype
+from graphnn.ir.torch_arrays import from_torch, to_torch
 from graphnn.ir.types import TensorType
 
 from ..backend import Device
@@ -37,8 +38,9 @@ def interpreted() -> bool:
 class TorchDevice(Device):
     """Device arrays are contiguous torch tensors on ``cuda`` (or the CPU under the
     interpreter). ``upload`` and ``download`` always copy, so a device array never shares memory
-    with a host array; ``owner`` is the tensor's storage address, equal for views of one
-    allocation."""
+    with a host array; bfloat16 crosses as its bits (ml_dtypes' arrays on the host,
+    ``torch.bfloat16`` on the device: ``ir/torch_arrays.py``). ``owner`` is the tensor's storage
+    address, equal for views of one allocation."""
 
     name = "cuda"
 
@@ -51,14 +53,13 @@ class TorchDevice(Device):
         return torch.empty(tuple(type.shape), dtype=torch_dtype(type.dtype), device=self.place())
 
     def upload(self, host):
-        torch = require_torch()
+        require_torch()
         array = np.array(host, order="C", copy=True)  # a private, writable, contiguous copy
-        return torch.from_numpy(array).to(self.place())
+        return to_torch(array).to(self.place())
 
     def download(self, array):
-        if array.device.type == "cpu":  # .numpy() would share the tensor's memory
-            return array.detach().numpy().copy()
-        return array.detach().cpu().numpy()
+        host = from_torch(array)
+        return host.copy() if array.device.type == "cpu" else host  # CPU: shares its memory
 
     def copy(self, src, dst):
         dst.copy_(src)
@@ -71,14 +72,16 @@ class TorchDevice(Device):
 
 
 def torch_dtype(dtype):
-    """The torch dtype of a graphnn ``DType`` (bfloat16 is not supported yet)."""
+    """The torch dtype of a graphnn ``DType`` (bfloat16 -> ``torch.bfloat16``)."""
     torch = require_torch()
     return getattr(torch, "bool" if dtype.name == "bool" else dtype.name)
 
 
 def numpy_dtype(torch_dtype) -> np.dtype:
-    """The NumPy dtype of a torch dtype (``torch.float32`` -> ``float32``)."""
-    return np.dtype(str(torch_dtype).removeprefix("torch."))
+    """The NumPy dtype of a torch dtype (``torch.float32`` -> ``float32``; ``torch.bfloat16``
+    -> ml_dtypes' bfloat16)."""
+    name = str(torch_dtype).removeprefix("torch.")
+    return bfloat16.np if name == "bfloat16" else np.dtype(name)
 
 
 DEVICE = TorchDevice()
