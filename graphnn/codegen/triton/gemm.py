@@ -220,13 +220,13 @@ def gemm(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     non-empty product with the default blocks, else ``blocks``' tile."""
     g = _gemm_of(unit)
     candidates = _candidates(g, blocks)
-    bench = None
     empty = math.prod(g.batch) * g.m * g.n * g.k == 0
-    if not interpreter_form and blocks == DEFAULT_BLOCKS and not empty and gpu_available():
-        def bench(config):
-            return time_launch(_source(name, unit, g, config, False), unit, config)
+    timed = not interpreter_form and blocks == DEFAULT_BLOCKS and not empty and gpu_available()
+
+    def bench(config):
+        return time_launch(_source(name, unit, g, config, False), unit, config)
     key = {"a": [list(g.a2), g.a.type.dtype.name], "b": [list(g.b2), g.b.type.dtype.name],
            "out": g.node.outputs[0].type.dtype.name,
            "input_precision": _INPUT_PRECISION.get() if g.acc_type == "tl.float32" else None}
-    config = choose("gemm", key, candidates, bench)
+    config = choose("gemm", key, candidates, bench if timed else None)
     return _source(name, unit, g, config, interpreter_form)
