@@ -10,7 +10,6 @@ bfloat16 cannot be checked by the interpreter.
 """
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import subprocess
@@ -36,9 +35,9 @@ from graphnn.ir.ops.pool import has_outside_windows, pool_output_size
 
 pytestmark = INTERPRETER_WARNINGS
 OPS = ["max_pool2d", "max_pool2d_backward", "gather", "index", "scatter_add", "index_put"]
-# each op's dtypes here: the float ones, and two narrow integer ones where the op takes them
+# each op's dtypes here (the conformance suite runs every dtype's samples with default blocks)
 DTYPES = {name: [d for d in map(np.dtype, OP_DB[name].dtypes)
-                 if d.kind == "f" or d.name in ("int32", "bool")] for name in OPS}
+                 if d.name in ("float16", "float32", "int32", "bool")] for name in OPS}
 
 
 def _compile(name, attrs, backend):
@@ -102,8 +101,9 @@ def _pool_and_gradient(geometry):
     return pool_and_gradient
 
 
-@pytest.mark.parametrize("backend", ["triton", SMALL])
-@pytest.mark.parametrize("geometry", GEOMETRIES, ids=lambda g: "-".join(map(str, g)))
+@pytest.mark.parametrize("geometry, backend", [(g, SMALL) for g in GEOMETRIES] +
+                         [(g, "triton") for g in GEOMETRIES[3:5]],
+                         ids=lambda x: "-".join(map(str, x)) if isinstance(x, tuple) else x)
 def test_max_pool_forward_and_gradient_match_torch(geometry, backend, isolated_cache):
     """Values and indices equal PyTorch's (first maximum among ties, NaN wins, -inf windows
     and padding as PyTorch), the gradient of overlapping windows equals PyTorch's and the
@@ -214,34 +214,45 @@ def test_zoo_models_keep_pooling_and_indexing_on_the_device(name, kept, isolated
 
 # ---- ahead-of-time compilation -----------------------------------------------------------------
 
+def _aot_dtypes(name) -> list:
+    """float32, and for indexing float16 and bool (int32 where the op takes no bool)."""
+    if name.startswith("max_pool2d"):
+        return [np.dtype(np.float32)]
+    return [np.dtype(np.float32), np.dtype(np.float16),
+            np.dtype(bool if np.dtype(bool) in DTYPES[name] else np.int32)]
+
+
 def _graphs():
-    """(label, inference stage) of each op's first sample per dtype, and of two pools and
-    their gradients in float16 and float64."""
+    """(label, inference stage, whether to compile for sm90 too) of each op's first sample
+    (sm90: float32), and of an overlapping, dilated, padded pool with its gradient in float16
+    and float64 (sm90 too)."""
     for name in OPS:
-        for dtype in map(np.dtype, OP_DB[name].dtypes):
+        for dtype in _aot_dtypes(name):
             sample = OP_DB[name].sample_list(dtype)[0]
             graph = graphnn.trace(_op(name, sample.attrs),
                                   *[graphnn.tensor(a) for a in sample.inputs])
             yield f"{name} {dtype.name}", stages.build(graph, "inference", BACKEND) \
-                .stages["inference"]
-    for geometry, dtype in itertools.product(GEOMETRIES[3:5], (np.float16, np.float64)):
+                .stages["inference"], dtype == np.float32
+    geo = _geometry(*GEOMETRIES[4])
+    for dtype in (np.float16, np.float64):
         x = graphnn.tensor(np.zeros((2, 3, 7, 9), dtype))
-        out = _op("max_pool2d", _geometry(*geometry))(x)[0]
-        graph = graphnn.trace(_pool_and_gradient(_geometry(*geometry)), x,
+        out = _op("max_pool2d", geo)(x)[0]
+        graph = graphnn.trace(_pool_and_gradient(geo), x,
                               graphnn.tensor(np.zeros(out.shape, dtype)))
-        yield f"pool {geometry} {np.dtype(dtype).name}", stages.build(
-            graph, "inference", BACKEND).stages["inference"]
+        yield f"pool {np.dtype(dtype).name}", stages.build(graph, "inference", BACKEND) \
+            .stages["inference"], True
 
 
 def test_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
-    """The GPU form of every pooling and indexing kernel above compiles to PTX for sm80 and
-    sm90 without a GPU (default and small blocks)."""
+    """The GPU form of the pooling and indexing kernels (default and small blocks; the
+    float32, float16 and bool or int32 paths) compiles to PTX without a GPU for sm80, and the
+    float32 and pool ones for sm90 too."""
     paths = []
-    for k, (label, stage) in enumerate(_graphs()):
+    for k, (label, stage, sm90) in enumerate(_graphs()):
         for blocks in (DEFAULT_BLOCKS, SMALL_BLOCKS):
             source = generate(stage.schedule, stage.plan, blocks=blocks, interpreter_form=False)
             assert not _host_ops(source), label
-            path = tmp_path / f"m{k}_{blocks.pointwise}_sm90.py"
+            path = tmp_path / f"m{k}_{blocks.pointwise}{'_sm90' if sm90 else ''}.py"
             path.write_text(f"# {label!r}\n" + source)
             paths.append(str(path))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
