@@ -11,7 +11,6 @@ bfloat16 cannot be checked by the interpreter.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 
@@ -153,14 +152,15 @@ def test_max_pool_inference_stores_no_indices_and_windows_in_padding_run_on_the_
 
 @pytest.mark.parametrize("index_dtype", [np.int8, np.int16, np.uint8, np.int32, np.int64])
 def test_index_dtypes_gather_index_and_scatter_as_torch(index_dtype, isolated_cache):
-    """Narrow and unsigned index dtypes, negative ones counting from the end (where signed):
-    gather, an embedding lookup and both scatters equal PyTorch (float64 sums)."""
+    """Narrow and unsigned index dtypes, negative ones counting from the end (where signed),
+    addressing offsets past their dtype's range (row 119 of 3 columns): gather, an embedding
+    lookup and both scatters equal PyTorch (float64 sums)."""
     rng = np.random.default_rng(2)
-    low = 0 if np.dtype(index_dtype).kind == "u" else -7
-    table = rng.standard_normal((7, 5)).astype(np.float32)
-    ids = rng.integers(low, 7, (3, 4)).astype(index_dtype)
-    upd = rng.standard_normal((3, 4, 5)).astype(np.float32)
-    cols = rng.integers(0 if low == 0 else -5, 5, (7, 9)).astype(index_dtype)
+    low = 0 if np.dtype(index_dtype).kind == "u" else -120
+    table = rng.standard_normal((120, 3)).astype(np.float32)
+    ids = np.append(rng.integers(low, 120, 11), 119).reshape(3, 4).astype(index_dtype)
+    upd = rng.standard_normal((3, 4, 3)).astype(np.float32)
+    cols = rng.integers(0 if low == 0 else -3, 3, (7, 9)).astype(index_dtype)
     src = rng.standard_normal((7, 9)).astype(np.float32)
 
     def f(table, ids, upd, cols, src):
@@ -171,7 +171,7 @@ def test_index_dtypes_gather_index_and_scatter_as_torch(index_dtype, isolated_ca
     got = _run(graphnn.compile(f, backend=SMALL), [table, ids, upd, cols, src])
     assert not _host_ops(_sources(isolated_cache))
     t, i, c = (torch.from_numpy(a.astype(np.float64)) for a in (table, ids, cols))
-    i, c = i.long() % 7, c.long() % 5
+    i, c = i.long() % 120, c.long() % 3
     expected = (t[i], t.index_put((i,), torch.from_numpy(upd).double(), accumulate=True),
                 t.gather(1, c), t.scatter_add(1, c, torch.from_numpy(src).double()))
     for a, e in zip(got, expected):

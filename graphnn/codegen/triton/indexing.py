@@ -15,9 +15,14 @@ C-contiguous (the wrapper makes reads so), shapes are literals.
   adding (or assigning) into its own lines. No atomics and no other program touches those
   lines, so repeated indices add in the reference's order (``np.add.at``) and repeated
   assignments keep the last value, bit for bit and deterministically on a GPU too. 16-bit
-  bases round after each add, as the reference does.
+  bases round after each add, as the reference does. Within the program, a lane's elements
+  are loaded and stored by the thread that owns the lane (every block has the layout of
+  ``lanes``), so each step sees the one before it. The walk is serial: a scatter with few
+  lines and many positions (an embedding gradient: a line per column, a step per token) runs
+  in few programs.
 
-Negative indices count from the end, as in the reference. An out-of-bounds index cannot raise
+Indices are computed in int64 (an int8 or uint8 index times a stride would overflow) and
+negative ones count from the end, as in the reference. An out-of-bounds index cannot raise
 inside a kernel: its lanes are masked (a read gives 0, a write is dropped), nothing outside the
 tensors is touched. The reference raises ``IndexError``; see ``docs/backends.md``.
 """
@@ -118,8 +123,8 @@ def _load_indices(body, unit, space, names, mask) -> tuple:
     indices are all in bounds."""
     variables, ok = [], mask
     for k, (value, d, strides) in enumerate(space.indices):
-        var = load_computed(body, f"in{unit.read_index(value)}", _offset(strides, names), mask,
-                            value.type.dtype, 0)
+        var = body.tmp(f"tl.load(in{unit.read_index(value)} + {_offset(strides, names)}, "
+                       f"mask={mask}, other=0).to(tl.int64)")  # narrow ones would overflow
         size = space.base[d]
         body.emit(f"ix{k} = tl.where({var} < 0, {var} + {size}, {var})")
         body.emit(f"ok{k} = {ok} & (ix{k} >= 0) & (ix{k} < {size})")
