@@ -131,10 +131,10 @@ def profile_step(model, x, kind, repeat):
     args = (graphnn.tensor(x), graphnn.tensor(target))
     train_step(*args)  # creates the gradients the compiled step binds
     state = StepState(train_step)
-    traced, _ = trace_function(train_step, args, {}, state)
+    traced, _, hypers = trace_function(train_step, args, {}, state)
     stage = stages.build(traced.graph, "step", backward=traced.backward).stages["step"]
     params = {name: t._data for name, t, _ in state.bindings()}
-    timed, _ = profile(stage, [a._data for a in args], params, repeat)
+    timed, _ = profile(stage, [a._data for a in args] + hypers.read(), params, repeat)
     return timed
 
 

@@ -219,7 +219,10 @@ def test_training_step_function_is_dumped_as_compile_traces_it(capsys, monkeypat
     assert [v.name for v in traced.params] == ["step_model.0.weight", "step_model.0.bias",
                                                "step_model.2.weight", "step_model.2.bias"]
     optimized = _graph(_in_process(STEP + ["--stage", "optimized"], capsys))
-    assert [v.name for v in optimized.inputs] == ["x", "labels"]
+    hypers = [(f"step_optimizer_0_{k}", "hyper")
+              for k in ("lr", "momentum", "dampening", "weight_decay")]
+    assert [(v.name, v.kind) for v in optimized.inputs] == [("x", "input"),
+                                                              ("labels", "input")] + hypers
     updates, rebound = optimized.output("update"), optimized.output("rebound")
     assert sorted(updates) == sorted(v.name for v in traced.params)
     assert "step_model.0.weight.grad" in rebound

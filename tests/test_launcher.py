@@ -79,11 +79,11 @@ def _compiled_step(fn, example, backend):
     compiler's ``Entry`` through a Launcher of its own: run, write updates, clear and rebind
     slots."""
     step_state = StepState(fn)
-    traced, changes = compiled_step.trace_function(fn, (example,), {}, step_state)
+    traced, changes, hypers = compiled_step.trace_function(fn, (example,), {}, step_state)
     graph, random = lift_random(traced.graph)
     stage = stages.build(graph, "step", backend, backward=traced.backward).stages["step"]
     artifact = CompiledArtifact(stage.graph, backend, plan=stage.plan)
-    entry = Entry({"step": artifact}, Launcher(backend.device, Tensor._wrap), random,
+    entry = Entry({"step": artifact}, Launcher(backend.device, Tensor._wrap), random, hypers,
                   slots=changes)
 
     def call(x):

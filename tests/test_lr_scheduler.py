@@ -321,9 +321,8 @@ def test_plateau_added_group_without_default_min_lr_raises_like_torch():
 
 
 def test_compiled_step_with_a_schedule_matches_torch():
-    """A compiled training step under a StepLR schedule trains as torch does: each new rate
-    is a new optimizer setting, so the step compiles again (the rate is not yet a runtime
-    input of the compiled step), and uses the new rate."""
+    """A compiled training step under a StepLR schedule trains as torch does: the rate is a
+    runtime input of the compiled step, so it compiles once and uses each new rate."""
     rng = np.random.default_rng(0)
     w0 = rng.standard_normal((4, 2))
     batches = [(rng.standard_normal((6, 4)), rng.standard_normal((6, 2))) for _ in range(6)]
@@ -345,8 +344,7 @@ def test_compiled_step_with_a_schedule_matches_torch():
             step(lib.tensor(x), lib.tensor(y))
             sched.step()
         if lib is graphnn:
-            assert step.compiles >= 3 and all("optimizer settings" in r
-                                              for r in step.recompile_reasons[1:])
+            assert step.compiles == 1, step.recompile_reasons
         results.append(w.detach().numpy())
     np.testing.assert_allclose(results[0], results[1], rtol=1e-12, atol=1e-14)
 

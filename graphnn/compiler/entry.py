@@ -25,23 +25,26 @@ FIRST_STAGES = ("step", "inference", "forward")  # the stage that takes the call
 
 
 class Entry:
-    """A compiled signature (see the module docstring). ``random`` draws the lifted random
-    inputs per call; ``slots`` (a ``step.SlotChanges``) and ``tape`` are None unless the
+    """A compiled signature (see the module docstring). ``hypers`` reads the optimizers'
+    hyper-parameter inputs and ``random`` draws the lifted random inputs per call (the graph
+    takes them after the call's tensors, in that order); ``slots`` (a ``step.SlotChanges``) and ``tape`` are None unless the
     signature is a whole step or a training forward. ``artifact`` is the kernel that takes the
     call's tensors (``FIRST_STAGES``)."""
 
     template = None  # the eager result's containers (set by the compiler)
 
-    def __init__(self, artifacts: dict, launcher, random, slots=None, tape=None,
+    def __init__(self, artifacts: dict, launcher, random, hypers, slots=None, tape=None,
                  wrap_device=None):
         self.artifacts = artifacts
         self.artifact = next(artifacts[s] for s in FIRST_STAGES if s in artifacts)
         self.launcher, self.random, self.slots, self.tape = launcher, random, slots, tape
+        self.hypers = hypers
         self.wrap_device = wrap_device  # set for a call on device tensors: results stay there
 
     def __call__(self, tensors, state):
         launcher, first, on_device = self.launcher, self.artifact, self.wrap_device is not None
-        inputs = [t._data for t in tensors] + self.random.draw(tensors)
+        inputs = [t._data for t in tensors] + self.hypers.read() + \
+            self.random.draw(tensors)
         if not on_device:  # device tensors matched the signature's specs already
             first.check(inputs)
         arrays = [launcher.upload(a) for a in inputs]

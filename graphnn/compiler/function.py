@@ -422,12 +422,13 @@ class CompiledFunction:
         return entry
 
     def _trace(self, args, kwargs, holder):
-        """Trace one call: (its graph with random values lifted, their ``RandomInputs``, and for a
-        training step its backward request and slot changes, else None)."""
+        """Trace one call: (its graph with random values lifted, their ``RandomInputs``, for a
+        training step its backward request and slot changes, else None, and the optimizers'
+        hyper-parameter inputs, ``HyperInputs``)."""
         step = None
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            traced, changes = compiled_step.trace_function(
+            traced, changes, hypers = compiled_step.trace_function(
                 _recording(self._fn, holder), args, kwargs, self._step_state, self.name)
         for w in caught:
             if "assigned module attribute" in str(w.message):
@@ -441,12 +442,12 @@ class CompiledFunction:
         if has_seeded_ops(graph):
             raise RuntimeError("the forward draws random numbers inside an op (attention "
                                "dropout); compiled code does not draw fresh seeds for it yet")
-        return graph, random, step
+        return graph, random, step, hypers
 
     def _staged(self, sig, args, kwargs, tensors) -> _Staged:
         """Trace the call; its stages are built when first asked for."""
         holder = []
-        graph, random, step = self._trace(args, kwargs, holder)
+        graph, random, step, hypers = self._trace(args, kwargs, holder)
         backend, launcher, wrap_device = self._target(sig)
         backend = with_float32_matmul_precision(backend, sig.matmul_precision)
         options = (backend, self._passes, self._disable)
@@ -458,7 +459,7 @@ class CompiledFunction:
                 built = stages.build(graph, "step", *options, backward=backward)
 
                 def make(artifacts, random_):
-                    return Entry(artifacts, launcher, random_, slots=changes,
+                    return Entry(artifacts, launcher, random_, hypers, slots=changes,
                                  wrap_device=wrap_device)
             else:
                 wrt_params, wrt_inputs, targets = (_differentiated(sig, graph, tensors)
@@ -467,7 +468,8 @@ class CompiledFunction:
                     built = stages.build(graph, "inference", *options)
 
                     def make(artifacts, random_):
-                        return Entry(artifacts, launcher, random_, wrap_device=wrap_device)
+                        return Entry(artifacts, launcher, random_, hypers,
+                                     wrap_device=wrap_device)
                 else:
                     built = stages.build(graph, "training", *options, targets=targets,
                                          wrt=wrt_params + [n for n, _ in wrt_inputs])
@@ -476,7 +478,7 @@ class CompiledFunction:
                         tape = TapeBackward(artifacts["forward"], artifacts["backward"],
                                             launcher, wrt_params, wrt_inputs, built.targets,
                                             name, wrap_device)
-                        return Entry(artifacts, launcher, random_, tape=tape,
+                        return Entry(artifacts, launcher, random_, hypers, tape=tape,
                                      wrap_device=wrap_device)
 
             def make_with_template(artifacts, random_):

@@ -2,7 +2,8 @@
 
 ``trace_function(fn, args, kwargs, step_state)`` traces ``fn`` with every state tensor of the
 modules and optimizers it reaches bound as a graph parameter (``step_state.StepState``) and
-returns ``(TracedFunction, SlotChanges)``: the graph returns its ``result``, its state
+returns ``(TracedFunction, SlotChanges, HyperInputs)``: the graph takes the optimizers'
+hyper-parameters as ``hyper`` inputs after the call's own, and returns its ``result``, its state
 ``update``s and its ``rebound`` slots (see ``frontend.tracer.trace_with_state``), and the slot
 changes say which ``.grad`` and optimizer-state entries the function rebound (to a tensor: a
 ``rebound`` output; to None: ``cleared``). Tracing leaves every tensor, gradient and optimizer
@@ -17,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..frontend.tracer import trace_with_state
+from .hyper_inputs import HyperInputs
 
 
 @dataclass
@@ -26,7 +28,9 @@ class SlotChanges:
 
 
 def trace_function(fn, args, kwargs, step_state, name=None):
-    """Trace ``fn`` with ``step_state``'s tensors bound; returns (TracedFunction, SlotChanges)."""
+    """Trace ``fn`` with ``step_state``'s tensors bound; returns (TracedFunction, SlotChanges,
+    HyperInputs): the optimizers' hyper-parameters the step read became graph inputs
+    (``hyper_inputs.py``), after the call's own inputs."""
     snapshot = step_state.snapshot()
     before_slots = step_state.slots()
     before = {slot.name: slot.get() for slot in before_slots}
@@ -48,9 +52,11 @@ def trace_function(fn, args, kwargs, step_state, name=None):
                             is not None]
         return rebound
 
+    hypers = HyperInputs()
     try:
-        traced = trace_with_state(fn, args, kwargs, step_state.bindings(),
-                                  tuple(step_state.modules.values()), collect, name)
+        with hypers.reading(step_state.optimizers):
+            traced = trace_with_state(fn, args, kwargs, step_state.bindings(),
+                                      tuple(step_state.modules.values()), collect, name)
     finally:
         step_state.restore(snapshot)
-    return traced, changes
+    return traced, changes, hypers

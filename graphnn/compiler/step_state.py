@@ -11,7 +11,8 @@ bound method the attributes of ``self``. ``StepState(fn)`` holds them and, at ea
 - ``slots()``: the places that hold a tensor or None and that a step may rebind (each
   parameter's ``.grad``, each optimizer state entry), as ``Slot``s;
 - ``read()``: the bindings, plus everything else a trace specialises on (optimizer
-  hyper-parameters such as ``lr``, the modules' train/eval flags, which parameter and
+  options, and the kind and sign of the hyper-parameters that are runtime inputs such as
+  ``lr``, the modules' train/eval flags, which parameter and
   optimizer objects they are) for the compiled signature, and the modules (their hooks make a
   call run eagerly), in one walk per call. What the function names is looked up again at
   every call, so a global rebound to a new model or optimizer is seen.
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from ..frontend.tensor import Tensor
 from ..nn.module import Module, plain_attribute_writes
 from ..optim.optimizer import Optimizer
+from .hyper_inputs import signature_key
 
 
 @dataclass
@@ -59,6 +61,12 @@ def _state_slot(name, opt, param, key) -> Slot:
         else:
             opt.state[param][key] = value
     return Slot(name, lambda: opt.state.get(param, {}).get(key), set_entry)
+
+
+def _setting_key(opt, name, value):
+    """What a compiled signature keeps of option ``name`` of one of ``opt``'s groups: its
+    ``signature_key`` for a hyper-parameter (a runtime input), else its repr."""
+    return signature_key(value, name in opt.SIGN_BRANCHES) if name in opt.HYPER else repr(value)
 
 
 @functools.lru_cache(maxsize=256)
@@ -270,9 +278,10 @@ class StepState:
         return out
 
     def _key(self, training) -> tuple:
-        """What else a trace specialises on: hyper-parameters, train flags, state layout."""
-        groups = tuple((name, g, tuple((k, repr(v)) for k, v in sorted(group.items())
-                                       if k != "params"))
+        """What else a trace specialises on: optimizer options (``_setting_key``), train flags,
+        state layout."""
+        groups = tuple((name, g, tuple((k, _setting_key(opt, k, v))
+                                       for k, v in sorted(group.items()) if k != "params"))
                        for name, opt in self.optimizers.items()
                        for g, group in enumerate(opt.param_groups))
         non_tensor_state = tuple(

@@ -418,8 +418,9 @@ class TensorMathMixin:
 
 
 def _scaled(other, alpha):
-    """``other * alpha`` for the ``alpha`` argument of add/sub."""
-    if alpha == 1:
+    """``other * alpha`` for the ``alpha`` argument of add/sub (a number or a 0-d tensor: a
+    traced optimizer's hyper-parameter)."""
+    if is_number(alpha) and alpha == 1:
         return other
     return other * alpha if is_number(other) else binary("mul", other, alpha)
 

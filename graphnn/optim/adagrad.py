@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from ..frontend.creation import full_like, zeros
 from ..ir.dtypes import float32
-from .adam import _step_count
-from .optimizer import Optimizer, OptimizerError
+from .optimizer import Optimizer, OptimizerError, step_count
 
 
 class Adagrad(Optimizer):
@@ -21,6 +20,9 @@ class Adagrad(Optimizer):
     ``initial_accumulator_value``. ``clr`` is computed in double precision (a Python float
     eagerly, a float64 graph value in a compiled step).
     """
+
+    HYPER = ("lr", "lr_decay", "eps", "weight_decay")
+    SIGN_BRANCHES = ("weight_decay",)
 
     def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0,
                  initial_accumulator_value=0, eps=1e-10, *, maximize: bool = False):
@@ -45,15 +47,14 @@ class Adagrad(Optimizer):
                 self.state[p]["sum"] = full_like(p, initial_accumulator_value)
 
     def _update_group(self, group, params):
-        lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
-        weight_decay = group["weight_decay"]
+        lr, lr_decay, eps, weight_decay = (self.hyper(group, k) for k in self.HYPER)
         for param in params:
             grad = -param.grad if group["maximize"] else param.grad
             state = self.state[param]
             state["step"].add_(1)
-            if weight_decay != 0:
+            if group["weight_decay"] != 0:
                 grad = grad.add(param, alpha=weight_decay)
-            clr = lr / (1 + (_step_count(state["step"]) - 1) * lr_decay)
+            clr = lr / (1 + (step_count(state["step"]) - 1) * lr_decay)
             state_sum = state["sum"]
             state_sum.addcmul_(grad, grad, value=1)
             std = state_sum.sqrt().add_(eps)

@@ -2,16 +2,8 @@
 from __future__ import annotations
 
 from ..frontend.creation import zeros, zeros_like
-from ..frontend.trace_state import is_symbolic
-from ..ir.dtypes import float32, float64
-from .optimizer import Optimizer, OptimizerError
-
-
-def _step_count(step):
-    """The step as a Python float eagerly; while a compiled step is traced (the count is a graph
-    value) a float64 0-d tensor, so the bias corrections below are computed in double
-    precision either way and the traced step matches the eager one."""
-    return step.to(float64) if is_symbolic(step) else step.item()
+from ..ir.dtypes import float32
+from .optimizer import Optimizer, OptimizerError, step_count
 
 
 class Adam(Optimizer):
@@ -31,6 +23,9 @@ class Adam(Optimizer):
     eagerly, float64 graph values in a compiled step), as PyTorch does when ``capturable`` is
     off.
     """
+
+    HYPER = ("lr", "betas", "eps", "weight_decay")
+    SIGN_BRANCHES = ("weight_decay",)
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
                  amsgrad=False, *, maximize: bool = False, decoupled_weight_decay: bool = False):
@@ -60,15 +55,15 @@ class Adam(Optimizer):
         return state
 
     def _update_group(self, group, params):
-        lr, eps, weight_decay, amsgrad = (group["lr"], group["eps"], group["weight_decay"],
-                                          group["amsgrad"])
-        beta1, beta2 = group["betas"]
+        lr, eps, weight_decay = (self.hyper(group, k) for k in ("lr", "eps", "weight_decay"))
+        beta1, beta2 = self.hyper(group, "betas")
+        amsgrad = group["amsgrad"]
         for param in params:
             grad = -param.grad if group["maximize"] else param.grad
             state = self._init_state(param, amsgrad)
             exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
             state["step"].add_(1)
-            if weight_decay != 0:
+            if group["weight_decay"] != 0:
                 if group["decoupled_weight_decay"]:
                     param.mul_(1 - lr * weight_decay)
                 else:
@@ -77,7 +72,7 @@ class Adam(Optimizer):
             exp_avg.lerp_(grad, 1 - beta1)
             exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
 
-            step = _step_count(state["step"])
+            step = step_count(state["step"])
             bias_correction1 = 1 - beta1 ** step
             bias_correction2 = 1 - beta2 ** step
             step_size = lr / bias_correction1

@@ -13,6 +13,8 @@ from collections import defaultdict
 from ..frontend.autograd_api import zero_grads
 from ..frontend.grad_mode import enable_grad, no_grad
 from ..frontend.tensor import Tensor
+from ..frontend.trace_state import is_symbolic
+from ..ir.dtypes import float64
 from ..ir.errors import GraphnnError
 
 
@@ -30,7 +32,18 @@ class Optimizer:
     ``params`` is an iterable of tensors (one group) or of dicts (one group each, each dict
     overriding some defaults). ``state`` maps a parameter tensor to its dict of buffers; a
     parameter gets state only once it is stepped with a gradient.
+
+    ``HYPER`` names the group entries (numbers, 0-d tensors, or tuples of numbers such as
+    ``betas``) whose values the update's arithmetic reads through ``hyper``: a compiled step
+    takes them as runtime inputs, so a learning-rate schedule changes them without
+    recompiling. The update decides its branches (``weight_decay != 0``) on the group's own
+    values, and only on the sign of the entries named in ``SIGN_BRANCHES``, which a compiled
+    step keys on.
     """
+
+    HYPER: tuple = ()
+    SIGN_BRANCHES: tuple = ()
+    _hyper_source = None  # set while a compiled step is traced (compiler/hyper_inputs.py)
 
     def __init__(self, params, defaults: dict):
         self.defaults = defaults
@@ -110,6 +123,13 @@ class Optimizer:
                     self._update_group(group, params)
         return loss
 
+    def hyper(self, group: dict, name: str):
+        """``group[name]`` (an entry of ``HYPER``) for arithmetic: the value itself eagerly;
+        while a compiled step is traced, 0-d graph inputs standing for it (a tuple of them for a
+        tuple), which the compiled step reads from the group at every call."""
+        source = self._hyper_source
+        return group[name] if source is None else source(self, group, name)
+
     def _update_group(self, group: dict, params: list) -> None:
         """Update ``params`` (those of ``group`` with a gradient) in place; run under no_grad."""
         raise NotImplementedError(f"{type(self).__name__} does not implement _update_group")
@@ -171,6 +191,14 @@ class Optimizer:
             lines.append(f"Parameter Group {i}")
             lines += [f"    {k}: {group[k]}" for k in sorted(group) if k != "params"]
         return "\n".join(lines) + "\n)"
+
+
+def step_count(step):
+    """A step-count state tensor as a number for the update's arithmetic: a Python float
+    eagerly; while a compiled step is traced (the count is a graph value) a float64 0-d tensor,
+    so that arithmetic on it runs in double precision either way and the traced step matches
+    the eager one."""
+    return step.to(float64) if is_symbolic(step) else step.item()
 
 
 def _copy_state_value(param: Tensor, key, value):

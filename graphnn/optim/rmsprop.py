@@ -23,6 +23,9 @@ class RMSprop(Optimizer):
     > 0) and ``'grad_avg'`` (centered).
     """
 
+    HYPER = ("lr", "alpha", "eps", "weight_decay", "momentum")
+    SIGN_BRANCHES = ("weight_decay", "momentum")
+
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0,
                  centered=False, *, maximize: bool = False):
         if not 0.0 <= lr:
@@ -51,13 +54,12 @@ class RMSprop(Optimizer):
         return state
 
     def _update_group(self, group, params):
-        lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
-        weight_decay, momentum = group["weight_decay"], group["momentum"]
+        lr, alpha, eps, weight_decay, momentum = (self.hyper(group, k) for k in self.HYPER)
         for param in params:
             grad = -param.grad if group["maximize"] else param.grad
             state = self._init_state(param, group)
             state["step"].add_(1)
-            if weight_decay != 0:
+            if group["weight_decay"] != 0:
                 grad = grad.add(param, alpha=weight_decay)
             square_avg = state["square_avg"]
             square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
@@ -68,7 +70,7 @@ class RMSprop(Optimizer):
             else:
                 avg = square_avg.sqrt()
             avg = avg.add_(eps)
-            if momentum > 0:
+            if group["momentum"] > 0:
                 buf = state["momentum_buffer"]
                 buf.mul_(momentum).addcdiv_(grad, avg)
                 param.add_(buf, alpha=-lr)

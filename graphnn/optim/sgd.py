@@ -18,6 +18,9 @@ class SGD(Optimizer):
     (as in PyTorch >= 2.1). Parameters whose ``.grad`` is None are skipped.
     """
 
+    HYPER = ("lr", "momentum", "dampening", "weight_decay")
+    SIGN_BRANCHES = ("momentum", "weight_decay")
+
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False,
                  *, maximize: bool = False):
         if lr < 0.0:
@@ -33,13 +36,12 @@ class SGD(Optimizer):
         super().__init__(params, defaults)
 
     def _update_group(self, group, params):
-        lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
-        weight_decay = group["weight_decay"]
+        lr, momentum, dampening, weight_decay = (self.hyper(group, k) for k in self.HYPER)
         for param in params:
             grad = -param.grad if group["maximize"] else param.grad
-            if weight_decay != 0:
+            if group["weight_decay"] != 0:
                 grad = grad.add(param, alpha=weight_decay)
-            if momentum != 0:
+            if group["momentum"] != 0:
                 state = self.state[param]
                 buf = state.get("momentum_buffer")
                 if buf is None:

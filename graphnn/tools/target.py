@@ -288,7 +288,7 @@ def _traced_step(callee, inputs):
     if isinstance(callee, nn.Module):
         return None
     try:
-        traced, changes = trace_function(callee, tuple(inputs), {}, StepState(callee))
+        traced, changes, _ = trace_function(callee, tuple(inputs), {}, StepState(callee))
     except TraceError:  # not traceable as a step (e.g. it reads unreachable tensors)
         return None
     graph = traced.graph
