@@ -153,30 +153,35 @@ def test_full_of_bfloat16_is_a_device_fill_rounded_as_torch(isolated_cache):
 # ---- ahead-of-time compilation ---------------------------------------------------------------
 
 def _bf16_stages():
-    """The bfloat16 graphs above (inference) and a block of GEMMs, a layer norm and GELU as
-    training (forward and backward); the fused optimizer update in bfloat16 is compiled by
-    tests/test_triton_fused_update.py."""
+    """(training?, stage): the bfloat16 graphs above (inference) and a block of GEMMs, a layer
+    norm and GELU as training (forward and backward); the fused optimizer update in bfloat16
+    is compiled by tests/test_triton_fused_update.py."""
     for name, (fn, arrays) in sorted(EXACT.items()):
         graph = graphnn.trace(fn, *[graphnn.from_numpy(a) for a in arrays])
-        yield stages.build(graph, "inference", BACKEND).stages["inference"]
+        yield False, stages.build(graph, "inference", BACKEND).stages["inference"]
     x = graphnn.from_numpy(_bf16(RNG.standard_normal((6, 9))))
     for name, (fn, _) in sorted(APPROX.items()):
-        yield stages.build(graphnn.trace(fn, x), "inference", BACKEND).stages["inference"]
+        yield False, stages.build(graphnn.trace(fn, x), "inference", BACKEND).stages["inference"]
     graphnn.manual_seed(0)
     block = nn.Sequential(nn.Linear(9, 16), nn.LayerNorm(16), nn.GELU(), nn.Linear(16, 4))
     block.to(graphnn.bfloat16)
     graph = graphnn.trace(block, x)
-    yield from stages.build(graph, "training", BACKEND).stages.values()
+    yield from ((True, s) for s in stages.build(graph, "training", BACKEND).stages.values())
 
 
 def test_bfloat16_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
+    """The GPU form of the bf16 kernels (16-bit loads kept 16-bit until an op reads them,
+    ``tl.dot`` on bf16 tiles) compiles to PTX for sm80 and sm90 without a GPU (the looped
+    small-block variants for sm80)."""
     paths = []
-    for k, stage in enumerate(_bf16_stages()):
-        for blocks in (None, SMALL_BLOCKS):
+    for k, (training, stage) in enumerate(_bf16_stages()):
+        # the op graphs' kernels differ between block sizes only in numbers (compiled once)
+        for blocks in (None, SMALL_BLOCKS) if training else (None,):
             extra = {} if blocks is None else {"blocks": blocks}
             source = generate(stage.schedule, stage.plan, interpreter_form=False, **extra)
             assert "*bf16" in source
-            path = tmp_path / f"bf16_{k}_{'small' if blocks else 'default'}_sm90.py"
+            # small blocks (looped reductions) for sm80 only, to keep this test short
+            path = tmp_path / (f"bf16_{k}_small.py" if blocks else f"bf16_{k}_sm90.py")
             path.write_text(source)
             paths.append(str(path))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
