@@ -152,12 +152,23 @@ def test_moves_are_differentiable_as_torchs_to_copy():
         assert w.cuda().is_cuda and not w.cuda().requires_grad
 
 
-def test_bfloat16_on_cuda_is_refused_clearly_for_now():
-    for make in (lambda: graphnn.ones(2, dtype=graphnn.bfloat16).cuda(),
-                 lambda: graphnn.ones(2, device="cuda").bfloat16()):
-        with pytest.raises(NotImplementedError, match="bfloat16 tensors on cuda are not "
-                                                      "supported yet"):
-            make()
+def test_bfloat16_tensors_live_and_compute_on_cuda_as_torch():
+    """bfloat16 crosses to the device as its bits; eager ops run as kernels there. Values that
+    are exact in bfloat16 give torch's results exactly (the interpreter truncates where a GPU
+    rounds, so inexact ones are checked in tests/test_device_bfloat16.py)."""
+    a = np.array([1.0, -2.5, 0.375, 96.0], np.float32)
+    for make in (lambda: graphnn.tensor(a).to(graphnn.bfloat16).cuda(),
+                 lambda: graphnn.tensor(a, device="cuda").bfloat16()):
+        x = make()
+        assert x.is_cuda and x.dtype == graphnn.bfloat16
+        y = (x + x) * x
+        total = y.sum()
+        assert y.is_cuda and y.dtype == total.dtype == graphnn.bfloat16
+        t = torch.tensor(a).bfloat16()
+        np.testing.assert_array_equal(y.cpu().float().numpy(), ((t + t) * t).float().numpy())
+        assert float(total.cpu().float()) == float(((t + t) * t).sum().float())
+    full = graphnn.full((3,), 1.5, dtype=graphnn.bfloat16, device="cuda")
+    assert full.is_cuda and full.cpu().float().numpy().tolist() == [1.5, 1.5, 1.5]
 
 
 # ---- printing -----------------------------------------------------------------------------------
@@ -254,16 +265,18 @@ def test_creation_with_device(name):
     np.testing.assert_array_equal(made.cpu().numpy(), expected.numpy())
 
 
-def test_random_tensors_on_the_device_are_the_host_stream_uploaded():
-    """For now random numbers are drawn on the host from graphnn's generator (the issue asks
-    for Philox in kernels later, whose stream will differ from the CPU's, as in PyTorch)."""
+def test_random_tensors_on_the_device_are_drawn_there_reproducibly():
+    """The device draws its own stream (Philox in a kernel): the same seed gives the same cuda
+    values, which differ from the CPU's, as in PyTorch."""
     for make in (lambda **k: graphnn.randn(2, 3, **k), lambda **k: graphnn.rand(4, **k),
-                 lambda **k: graphnn.randint(0, 9, (5,), **k)):
-        graphnn.manual_seed(3)
-        host = make()
-        graphnn.manual_seed(3)
-        dev = make(device="cuda")
-        assert dev.is_cuda and np.array_equal(dev.cpu().numpy(), host.numpy())
+                 lambda **k: graphnn.randint(0, 1000, (5,), **k)):
+        draws = []
+        for where in ("cuda", "cuda", "cpu"):
+            graphnn.manual_seed(3)
+            draws.append(make(device=where))
+        assert draws[0].is_cuda and not draws[2].is_cuda
+        assert np.array_equal(draws[0].cpu().numpy(), draws[1].cpu().numpy())
+        assert not np.array_equal(draws[0].cpu().numpy(), draws[2].numpy())
     w = graphnn.randn(3, device="cuda", requires_grad=True)
     assert w.is_cuda and w.is_leaf and w.requires_grad
     like = graphnn.randn_like(w)

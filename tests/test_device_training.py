@@ -54,17 +54,22 @@ def test_in_place_writes_on_cuda_equal_the_cpu_and_torch(name):
     np.testing.assert_allclose(results["cuda"], tx.numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_random_in_place_fills_on_cuda_draw_the_host_stream_as_the_cpu():
-    for fill in (lambda t: t.uniform_(-2, 3), lambda t: t.normal_(1.0, 0.5),
-                 lambda t: graphnn.nn.init.xavier_uniform_(t)):
-        values = []
-        for where in ("cuda", "cpu"):
-            graphnn.manual_seed(7)
-            t = graphnn.zeros(3, 4, device=where)
-            assert fill(t) is t and t.is_cuda == (where == "cuda")
-            values.append(t.cpu().numpy())
-        np.testing.assert_array_equal(values[0], values[1])
-        assert np.unique(values[0]).size == 12
+def test_random_in_place_fills_on_cuda_draw_the_device_stream():
+    """uniform_/normal_ (and the init functions built on them) on a cuda tensor fill it from
+    the device stream: what rand/randn draw on cuda under the same seed, scaled."""
+    for fill, expect in ((lambda t: t.uniform_(-2, 3),
+                          lambda: graphnn.rand(3, 4, device="cuda") * 5 - 2),
+                         (lambda t: t.normal_(1.0, 0.5),
+                          lambda: graphnn.randn(3, 4, device="cuda") * 0.5 + 1)):
+        graphnn.manual_seed(7)
+        t = graphnn.zeros(3, 4, device="cuda")
+        assert fill(t) is t and t.is_cuda
+        graphnn.manual_seed(7)
+        expected = expect()
+        np.testing.assert_allclose(t.cpu().numpy(), expected.cpu().numpy(), rtol=1e-6)
+        assert np.unique(t.cpu().numpy()).size == 12
+    t = graphnn.nn.init.xavier_uniform_(graphnn.zeros(3, 4, device="cuda"))
+    assert t.is_cuda and np.unique(t.cpu().numpy()).size == 12
 
 
 def test_a_recorded_in_place_write_on_cuda_differentiates_as_torch():
@@ -120,22 +125,21 @@ def test_optimizer_steps_on_cuda_parameters_equal_the_cpu_and_torch(name):
 
 # ---- nn functions -------------------------------------------------------------------------------
 
-def test_dropout_on_cuda_draws_its_mask_on_the_device_as_the_cpu_does():
-    """Random numbers are the host stream uploaded for now, so the cuda mask equals the CPU's."""
-    results = []
-    for where in ("cuda", "cpu"):
-        x = graphnn.tensor(POS, device=where, requires_grad=True)
-        graphnn.manual_seed(5)
-        y = graphnn.nn.functional.dropout(x, 0.4)
-        y.sum().backward()
-        assert y.device == x.grad.device == x.device
-        results.append((y.detach().cpu().numpy(), x.grad.cpu().numpy()))
-    (y, grad), (cpu_y, cpu_grad) = results
-    np.testing.assert_array_equal(y, cpu_y)
-    np.testing.assert_array_equal(grad, cpu_grad)
-    kept = y != 0
-    assert 0 < kept.sum() < y.size
-    np.testing.assert_allclose(y[kept], POS[kept] / 0.6, rtol=1e-6)  # as torch scales
+def test_dropout_on_cuda_keeps_where_the_device_draw_is_at_least_p():
+    """The cuda mask is ``rand_like(x) >= p`` drawn on the device under the same seed; kept
+    values and their gradients are scaled by 1/(1-p), as torch scales them."""
+    x = graphnn.tensor(POS, device="cuda", requires_grad=True)
+    graphnn.manual_seed(5)
+    y = graphnn.nn.functional.dropout(x, 0.4)
+    y.sum().backward()
+    assert y.device == x.grad.device == x.device
+    graphnn.manual_seed(5)
+    keep = (graphnn.rand_like(x.detach()) >= 0.4).cpu().numpy()
+    y, grad = y.detach().cpu().numpy(), x.grad.cpu().numpy()
+    assert 0 < keep.sum() < y.size
+    np.testing.assert_array_equal(y != 0, keep)
+    np.testing.assert_allclose(y[keep], POS[keep] / 0.6, rtol=1e-6)
+    np.testing.assert_allclose(grad, keep / 0.6, rtol=1e-6)
     x = _cuda(POS)
     assert graphnn.nn.functional.dropout(x, 0.4, training=False) is x
 

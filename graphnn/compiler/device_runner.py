@@ -73,8 +73,6 @@ class TritonRuntime:
         return torch.cuda.device_count()
 
     def upload(self, host):
-        if host.dtype.name == "bfloat16":
-            raise _no_bfloat16("moving a tensor to cuda")
         return DEVICE.upload(host)
 
     def download(self, array):
@@ -89,8 +87,6 @@ class TritonRuntime:
 
     def run(self, op, arrays, attrs, out_types) -> list:
         """Registry op ``op`` on device arrays: its kernel's device results, in order."""
-        if any(t.dtype.name == "bfloat16" for t in out_types):
-            raise _no_bfloat16(op.name)
         artifact = self._artifact(op, [DEVICE.type_of(a) for a in arrays], attrs, out_types)
         inputs = [a.contiguous() for a in arrays]
         results = artifact.launch(inputs, {}, _to_host)
@@ -148,11 +144,6 @@ def _one_op_graph(op, types, attrs, out_types) -> Graph:
     node = graph.add_node(op.name, values, attrs, out_types)
     graph.outputs = tuple(node.outputs)
     return graph
-
-
-def _no_bfloat16(what: str) -> UnsupportedError:
-    return UnsupportedError(f"{what}: bfloat16 tensors on cuda are not supported yet (the Triton "
-                            f"device has no bfloat16 arrays yet); use float16 or float32 there")
 
 
 def _to_host(structure):
