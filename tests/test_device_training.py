@@ -209,3 +209,29 @@ def test_an_mlp_moved_with_cuda_trains_as_on_the_cpu_and_in_torch():
     for got, cpu, theirs_p in zip(params, cpu_params, expected[1]):
         np.testing.assert_allclose(got, cpu, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got, theirs_p, rtol=1e-5, atol=1e-6)
+
+
+def test_layers_that_build_masks_or_windows_build_them_on_the_input_device():
+    """A causal TransformerBlock, causal scaled_dot_product_attention, MultiheadAttention with
+    is_causal and AvgPool2d (its window-count planes) run on cuda as on the CPU (they built
+    their masks on the CPU, and cuda inputs then raised DeviceError)."""
+    graphnn.manual_seed(0)
+    x = np.random.default_rng(0).standard_normal((2, 5, 16)).astype(np.float32)
+    img = np.random.default_rng(1).standard_normal((1, 2, 5, 5)).astype(np.float32)
+    block = graphnn.nn.TransformerBlock(16, 2, d_ff=32, causal=True)
+    mha = graphnn.nn.MultiheadAttention(16, 2, batch_first=True)
+    pool = graphnn.nn.AvgPool2d(2, padding=1, count_include_pad=False)
+    mask = np.triu(np.ones((5, 5), bool), 1)
+    results = []
+    for where in ("cpu", "cuda"):
+        t = graphnn.tensor(x, device=where)
+        causal_mask = graphnn.tensor(mask, device=where)
+        with graphnn.no_grad():
+            outs = [block.to(where)(t),
+                    graphnn.nn.functional.scaled_dot_product_attention(t, t, t, is_causal=True),
+                    mha.to(where)(t, t, t, attn_mask=causal_mask, is_causal=True)[0],
+                    pool(graphnn.tensor(img, device=where))]
+        assert all(o.device == t.device for o in outs)
+        results.append([o.cpu().numpy() for o in outs])
+    for ours, cpu in zip(*results):
+        np.testing.assert_allclose(ours, cpu, rtol=1e-5, atol=1e-6)

@@ -24,9 +24,9 @@ class AttentionArgumentError(GraphnnError, ValueError, RuntimeError):
     """Arguments to attention that contradict each other (e.g. is_causal with a mask)."""
 
 
-def causal_mask(L: int, S: int):
-    """(L, S) bool mask, True where key j <= query i."""
-    return ones(L, S, dtype=bool_).tril()
+def causal_mask(L: int, S: int, device=None):
+    """(L, S) bool mask on ``device``, True where key j <= query i."""
+    return ones(L, S, dtype=bool_, device=device).tril()
 
 
 def mask_to_bias(mask, dtype, true_means_keep: bool = True):
@@ -113,7 +113,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     groups = _gqa_groups(query, key, value, enable_gqa)
     key, value = repeat_kv_heads(key, groups), repeat_kv_heads(value, groups)
     if is_causal:
-        attn_mask = causal_mask(query.shape[-2], key.shape[-2])
+        attn_mask = causal_mask(query.shape[-2], key.shape[-2], query.device)
     bias = None if attn_mask is None else mask_to_bias(attn_mask, query.dtype)
     return attention_core(query, key, value, bias, dropout_p, scale,
                           rows_may_be_empty=not is_causal)[0]

@@ -79,7 +79,7 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
     (kh, kw), stride, (ph, pw), _, (eh, ew) = _avg_geometry(x, kernel_size, stride, padding,
                                                             ceil_mode)
     n, c, h, w = x.shape
-    window = ones((1, 1, kh, kw), dtype=x.dtype)
+    window = ones((1, 1, kh, kw), dtype=x.dtype, device=x.device)
 
     def window_sums(planes, pads):
         return apply1("conv2d", pad(planes, pads) if any(pads) else planes, window,
@@ -89,10 +89,10 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
     if divisor_override is not None:
         out = sums / divisor_override
     elif count_include_pad:
-        out = sums / window_sums(ones((1, 1, h + 2 * ph, w + 2 * pw), dtype=x.dtype),
-                                 (0, ew, 0, eh))
+        padded = ones((1, 1, h + 2 * ph, w + 2 * pw), dtype=x.dtype, device=x.device)
+        out = sums / window_sums(padded, (0, ew, 0, eh))
     else:
-        out = sums / window_sums(ones((1, 1, h, w), dtype=x.dtype),
+        out = sums / window_sums(ones((1, 1, h, w), dtype=x.dtype, device=x.device),
                                  (pw, pw + ew, ph, ph + eh))
     out = out.reshape(n, c, *out.shape[2:])
     return out.squeeze(0) if unbatched else out

@@ -205,7 +205,7 @@ class MultiheadAttention(Module):
                                          "`generate_square_subsequent_mask` to create this mask.")
         causal_hint = is_causal and key_padding_mask is None and not need_weights
         if causal_hint:  # PyTorch trusts the hint and does not look at attn_mask
-            bias = mask_to_bias(causal_mask(L, S), query.dtype)
+            bias = mask_to_bias(causal_mask(L, S, query.device), query.dtype)
         else:
             if (key_padding_mask is not None and attn_mask is not None
                     and key_padding_mask.dtype != attn_mask.dtype):

@@ -185,5 +185,5 @@ class TransformerBlock(TransformerEncoderLayer):
                                              "causal mask; pass attn_mask only when "
                                              "causal=False")
             T = x.shape[-2]
-            attn_mask = ones(T, T, dtype=bool_).triu(1)
+            attn_mask = ones(T, T, dtype=bool_, device=x.device).triu(1)
         return super().forward(x, attn_mask, key_padding_mask, is_causal=self.causal)
