@@ -13,3 +13,9 @@ from .embedding import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .transformer import *  # noqa: F401,F403
 from .positional import *  # noqa: F401,F403
+from .group_norm import *  # noqa: F401,F403
+from .batchnorm1d import *  # noqa: F401,F403
+from .conv1d import *  # noqa: F401,F403
+from .conv_transpose import *  # noqa: F401,F403
+from .pool1d import *  # noqa: F401,F403
+from .upsample import *  # noqa: F401,F403
