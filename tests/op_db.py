@@ -17,6 +17,7 @@ from op_db_epilogue import EPILOGUE
 from op_db_network import CREATION, NETWORK
 from op_db_reductions import REDUCTIONS
 from op_db_shape import INDEXING, SHAPE
+from op_db_sorting import SORTING
 from op_info import F16, F32, F64, Err, Maker, OpInfo, Sample, tdtype
 
 __all__ = ["OP_DB", "F16", "F32", "F64", "Err", "Maker", "OpInfo", "Sample", "tdtype"]
@@ -31,4 +32,4 @@ def _table(families) -> dict:
 
 
 OP_DB = _table([ELEMENTWISE, REDUCTIONS, SHAPE, INDEXING, NETWORK, CREATION, EPILOGUE,
-                ATTENTION])
+                ATTENTION, SORTING])

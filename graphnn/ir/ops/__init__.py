@@ -1,3 +1,3 @@
 """Importing this package registers every primitive op (one module per op family)."""
 from . import (attention, contraction, conv, creation, elementwise, epilogue,  # noqa: F401
-               indexing, pool, reductions, shape)
+               indexing, pool, reductions, scan, shape, sorting)

@@ -331,6 +331,9 @@ def _grad_erf(b, ctx, g):
 
 
 elementwise("erf", erf, _grad_erf, result="float")
+elementwise("sin", np.sin, lambda b, ctx, g: [b.mul(g, b.cos(ctx.input(0)))], result="float")
+elementwise("cos", np.cos, lambda b, ctx, g: [b.mul(g, b.neg(b.sin(ctx.input(0))))],
+            result="float")
 
 
 def _relu(x):
