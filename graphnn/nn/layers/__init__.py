@@ -19,3 +19,4 @@ from .conv1d import *  # noqa: F401,F403
 from .conv_transpose import *  # noqa: F401,F403
 from .pool1d import *  # noqa: F401,F403
 from .upsample import *  # noqa: F401,F403
+from .recurrent import *  # noqa: F401,F403
