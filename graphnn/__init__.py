@@ -9,9 +9,12 @@ from .frontend.creation import (arange, as_tensor, empty, empty_like, eye, from_
                                 full_like, linspace, ones, ones_like, rand, rand_like, randint,
                                 randint_like, randn, randn_like, tensor, zeros, zeros_like)
 from .frontend.functions import add, bmm, mm, mul, pow, sub
-from .frontend.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .frontend.grad_mode import (enable_grad, inference_mode, is_grad_enabled,
+                                 is_inference_mode_enabled, no_grad, set_grad_enabled)
 from .frontend.matmul_precision import get_float32_matmul_precision, set_float32_matmul_precision
-from .frontend.random import get_rng_state, initial_seed, manual_seed, set_rng_state
+from .frontend.random import (Generator, default_generator, get_rng_state, initial_seed,
+                              manual_seed, seed, set_rng_state)
+from .frontend.type_info import finfo, iinfo
 from .frontend.device import device
 from .frontend.tensor import Size, Tensor
 from .frontend.tensor_math import where
@@ -41,7 +44,7 @@ def numel(t) -> int:
     return t.numel()
 
 
-from . import amp, autograd, nn, optim  # noqa: E402
+from . import amp, autograd, nn, optim, utils  # noqa: E402
 from .amp import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: E402
 from .serialization import load, save  # noqa: E402
 from .tools.explain import explain  # noqa: E402

@@ -78,3 +78,43 @@ class enable_grad(_GradModeContext):
     """Enable gradient recording inside a ``with`` block or a decorated function."""
 
     mode = True
+
+
+def is_inference_mode_enabled() -> bool:
+    return getattr(_state, "inference", False)
+
+
+class inference_mode:
+    """PyTorch's inference mode, which here is ``no_grad`` (graphnn has no separate inference
+    tensors): ``inference_mode()`` or ``inference_mode(True)`` turns gradient recording off in
+    a ``with`` block or a decorated function, ``inference_mode(False)`` turns it on (inside
+    ``no_grad`` too, as in PyTorch). Like
+    PyTorch's, it also works as a bare decorator (``@inference_mode``)."""
+
+    def __new__(cls, mode=True):
+        if isinstance(mode, bool):
+            return super().__new__(cls)
+        return cls()(mode)  # ``@inference_mode`` without parentheses: ``mode`` is the function
+
+    def __init__(self, mode: bool = True):
+        self.mode = mode
+
+    def __enter__(self):
+        self.prev = (is_grad_enabled(), is_inference_mode_enabled())
+        _set(not self.mode)
+        _state.inference = self.mode
+        return self
+
+    def __exit__(self, *exc):
+        _set(self.prev[0])
+        _state.inference = self.prev[1]
+        return False
+
+    def __call__(self, fn):
+        mode = self.mode
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with inference_mode(mode):
+                return fn(*args, **kwargs)
+        return wrapper

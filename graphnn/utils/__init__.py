@@ -1,0 +1,2 @@
+"""``graphnn.utils``: PyTorch's ``torch.utils`` names that training programs use."""
+from . import data  # noqa: F401
