@@ -16,6 +16,7 @@ from op_db_elementwise import ELEMENTWISE
 from op_db_epilogue import EPILOGUE
 from op_db_network import CREATION, NETWORK
 from op_db_reductions import REDUCTIONS
+from op_db_scatter import SCATTER
 from op_db_shape import INDEXING, SHAPE
 from op_db_sorting import SORTING
 from op_info import F16, F32, F64, Err, Maker, OpInfo, Sample, tdtype
@@ -32,4 +33,4 @@ def _table(families) -> dict:
 
 
 OP_DB = _table([ELEMENTWISE, REDUCTIONS, SHAPE, INDEXING, NETWORK, CREATION, EPILOGUE,
-                ATTENTION, SORTING])
+                ATTENTION, SORTING, SCATTER])
