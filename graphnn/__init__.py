@@ -5,6 +5,8 @@ registry of ``graphnn.ir``.
 """
 from . import ir  # noqa: F401  (registers every op)
 from .frontend import functions as _functions
+from .frontend import ops_sorting as _ops_sorting
+from .frontend.einsum import einsum
 from .frontend.creation import (arange, as_tensor, empty, empty_like, eye, from_numpy, full,
                                 full_like, linspace, ones, ones_like, rand, rand_like, randint,
                                 randint_like, randn, randn_like, tensor, zeros, zeros_like)
@@ -32,6 +34,7 @@ int = int32
 short = int16
 
 globals().update({k: v for k, v in _functions.FUNCTIONS.items() if k not in globals()})
+globals().update(_ops_sorting.FUNCTIONS)
 
 __version__ = "0.1.0"
 

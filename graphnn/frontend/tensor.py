@@ -19,6 +19,7 @@ from .device import CPU, device, resolve
 from .dispatch import apply1
 from .indexing import getitem, setitem
 from .inplace import TensorInplaceMixin, view_base
+from .ops_sorting import TensorSortingMixin
 from .tensor_math import TensorMathMixin
 from .tensor_shape import TensorShapeMixin
 
@@ -46,7 +47,7 @@ class RemovableHandle:
             self._hooks.remove(self._hook)
 
 
-class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin):
+class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin, TensorSortingMixin):
     """An n-dimensional array of one dtype, with gradients recorded when ``requires_grad``."""
 
     __array_priority__ = 1000  # NumPy defers to Tensor's reflected operators

@@ -56,7 +56,7 @@ UFUNCS = {
     "add": "np.add", "sub": "np.subtract", "mul": "np.multiply", "div": "np.true_divide",
     "remainder": "np.remainder", "floor_divide": "np.floor_divide", "neg": "np.negative",
     "maximum": "np.maximum", "minimum": "np.minimum", "exp": "np.exp", "log": "np.log",
-    "sqrt": "np.sqrt", "abs": "np.abs", "tanh": "np.tanh",
+    "sqrt": "np.sqrt", "abs": "np.abs", "tanh": "np.tanh", "sin": "np.sin", "cos": "np.cos",
     "eq": "np.equal", "ne": "np.not_equal", "lt": "np.less", "le": "np.less_equal",
     "gt": "np.greater", "ge": "np.greater_equal", "logical_and": "np.logical_and",
     "logical_or": "np.logical_or", "logical_xor": "np.logical_xor",

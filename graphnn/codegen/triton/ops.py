@@ -228,6 +228,8 @@ TABLE = {
     "sqrt": _float_unary(lambda x, out, em: f"tl.sqrt({x})"),
     "rsqrt": _float_unary(lambda x, out, em: f"(1.0 / tl.sqrt({x}))"),
     "erf": _float_unary(lambda x, out, em: f"tl.erf({x})"),
+    "sin": _float_unary(lambda x, out, em: f"tl.sin({x})"),
+    "cos": _float_unary(lambda x, out, em: f"tl.cos({x})"),
     "sigmoid": _float_unary(lambda x, out, em: f"(1.0 / (1.0 + tl.exp(-{x})))"),
     "tanh": _float_unary(_tanh), "gelu": _gelu, "relu": _relu, "clamp": _clamp,
     "maximum": _extremum("maximum"), "minimum": _extremum("minimum"),
