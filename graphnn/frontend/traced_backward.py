@@ -10,8 +10,14 @@ accumulation into the existing one otherwise). The rest of the trace (an optimiz
 those tensors like any other. The request is kept on the trace state; a compiler replaces the
 inputs by the autodiff pass's gradients of the loss (``passes.step_autodiff``).
 
-Supported: one ``backward`` per trace, of a scalar, without ``create_graph``; leaves are the
-trace's bound tensors (parameters of the traced modules), not its inputs. Anything else raises
+Several ``backward`` calls (gradient accumulation over micro-batches) each add their own
+inputs: ``grad %"grad:NAME"`` for the first call, ``grad %"grad2:NAME"`` for the second, and so
+on, each one accumulated into ``.grad`` as eager autograd accumulates it (so a ``zero_grad``
+between calls works as eagerly). Each call's loss is differentiated on its own, never a sum of
+losses, so every gradient and every accumulation rounds as eagerly.
+
+Supported: ``backward`` of scalars, without ``create_graph``; leaves are the trace's bound
+tensors (parameters of the traced modules), not its inputs. Anything else raises
 ``UnsupportedError`` naming what was asked.
 """
 from __future__ import annotations
@@ -28,17 +34,23 @@ GRAD_PREFIX = "grad:"
 
 @dataclass
 class BackwardRequest:
-    """``loss`` (a graph value name) and ``{gradient input name: leaf value name}``."""
+    """The trace's ``backward()`` calls in call order: ``loss[k]`` is the k-th call's loss (a
+    graph value name) and ``grads[k]`` its ``{gradient input name: leaf value name}``."""
 
-    loss: str
-    grads: dict
+    loss: tuple = ()
+    grads: tuple = ()
+
+    def add(self, loss: str, grads: dict) -> "BackwardRequest":
+        return BackwardRequest(self.loss + (loss,), self.grads + (grads,))
+
+
+def _gradient_name(call: int, leaf: str) -> str:
+    """The gradient input of ``leaf`` for the ``call``-th backward (0-based)."""
+    return f"{GRAD_PREFIX}{leaf}" if call == 0 else f"grad{call + 1}:{leaf}"
 
 
 def traced_backward(state, tensors, grad_tensors, inputs, create_graph) -> None:
     """Record ``backward(tensors)`` into the active trace (see the module docstring)."""
-    if state.backward_request is not None:
-        raise UnsupportedError("graphnn.trace: backward() is called twice in one traced "
-                               "function; compiled steps support one backward per call")
     if create_graph:
         raise UnsupportedError("graphnn.trace: backward(create_graph=True) (higher-order "
                                "gradients) cannot be traced")
@@ -63,11 +75,12 @@ def traced_backward(state, tensors, grad_tensors, inputs, create_graph) -> None:
                                f"computes the gradients of parameters only")
     wanted = None if inputs is None else {id(t) for t in inputs}
     reached = _ancestors(value)
+    request = state.backward_request or BackwardRequest()
     grads = {}
     for tensor, leaf in _differentiable_leaves(state):
         if leaf.name not in reached or (wanted is not None and id(tensor) not in wanted):
             continue  # eager backward leaves .grad alone where the loss does not reach
-        name = GRAD_PREFIX + leaf.name
+        name = _gradient_name(len(request.loss), leaf.name)
         gradient = trace_state.symbolic(
             state.graph.add_input(name, TensorType(tuple(tensor.shape), tensor.dtype), "grad"))
         grads[name] = leaf.name
@@ -76,7 +89,7 @@ def traced_backward(state, tensors, grad_tensors, inputs, create_graph) -> None:
         else:
             with no_grad():
                 tensor.grad.add_(gradient)
-    state.backward_request = BackwardRequest(value.name, grads)
+    state.backward_request = request.add(value.name, grads)
 
 
 def _ancestors(value) -> set:
