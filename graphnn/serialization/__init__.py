@@ -39,8 +39,8 @@ Whatever bytes a file holds, loading returns a value or raises ``SerializationEr
 the file and the problem; both CRCs make a flipped bit anywhere in the header or the data an
 error rather than a silently different state dict.
 """
-from .format import FORMAT_VERSION, MAGIC
+from .format import FORMAT_VERSION, MAGIC, SaveTypeError
 from .loading import load
-from .saving import SaveTypeError, save
+from .saving import save
 
 __all__ = ["save", "load", "SaveTypeError", "MAGIC", "FORMAT_VERSION"]

@@ -6,6 +6,7 @@ import struct
 import sys
 
 from ..ir.dtypes import ALL_DTYPES
+from ..ir.errors import GraphnnError
 
 MAGIC = b"\x89GNN\r\n\x1a\n"
 FORMAT_VERSION = 1
@@ -16,6 +17,10 @@ MAX_NDIM = 64  # NumPy's limit
 MAX_NOMINAL_BYTES = 2 ** 63 - 1  # NumPy's limit on itemsize * product of non-zero dims
 MAX_INT_DIGITS = sys.int_info.default_max_str_digits  # what any Python can read back
 DTYPES = {d.name: d for d in ALL_DTYPES}
+
+
+class SaveTypeError(GraphnnError, TypeError):
+    """``graphnn.save`` was given a value (or dict key) it cannot store."""
 
 
 def join(path: str, key) -> str:

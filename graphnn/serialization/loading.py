@@ -12,6 +12,7 @@ import numpy as np
 from ..frontend.tensor import Tensor
 from ..ir.dtypes import DType
 from ..ir.errors import SerializationError, UnsupportedError
+from . import safetensors_file
 from .format import (DTYPES, FORMAT_VERSION, MAGIC, MAX_DEPTH, MAX_NDIM, MAX_NOMINAL_BYTES,
                      PREFIX, is_path, join, short, where)
 from .source import Source, file_source, path_source
@@ -129,14 +130,24 @@ def _reject_constant(name):
     raise ValueError(f"non-standard JSON constant {name}")
 
 
+def _foreign_hint(prefix) -> str:
+    """What a file that is not graphnn's looks like, from its first bytes ("" if unknown)."""
+    if prefix[:1] == b"\x80":
+        return " (it looks like a pickle, which graphnn never loads)"
+    if prefix[:2] == b"PK":
+        return " (it looks like a zip/npz archive)"
+    if prefix[8:9] == b"{":  # a little-endian header length, then the JSON header
+        return " (it looks like a safetensors file: load it from a path ending in .safetensors)"
+    return ""
+
+
 def _decode(src: Source):
     """Reads and checks one saved file from ``src``; every read is bounded as it describes."""
     prefix = src.read(PREFIX.size)
     size = len(prefix)
     if prefix[:len(MAGIC)] != MAGIC[:min(size, len(MAGIC))]:
-        hint = " (it looks like a pickle, which graphnn never loads)" if prefix[:1] == b"\x80" \
-            else " (it looks like a zip/npz archive)" if prefix[:2] == b"PK" else ""
-        raise src.fail(f"not a graphnn file: bad magic bytes {bytes(prefix[:8])!r}{hint}")
+        raise src.fail(f"not a graphnn file: bad magic bytes {bytes(prefix[:8])!r}"
+                       f"{_foreign_hint(prefix)}")
     if size < PREFIX.size:
         raise src.fail(f"truncated file: {size} bytes, shorter than the {PREFIX.size}-byte "
                        f"prefix of a graphnn file" if size else "empty file, not a graphnn file")
@@ -206,6 +217,8 @@ def load(f, map_location=None):
     if map_location is not None and str(map_location) != "cpu":
         raise UnsupportedError(f"graphnn.load: map_location={map_location!r} is not supported; "
                                f"eager tensors always load on the CPU")
+    if safetensors_file.is_safetensors_path(f):
+        return safetensors_file.load(f)
     if is_path(f):
         with path_source(os.fsdecode(os.fspath(f))) as src:
             return _decode(src)

@@ -9,14 +9,10 @@ import zlib
 import numpy as np
 
 from ..frontend.tensor import Tensor
-from ..ir.errors import GraphnnError
 from ..runtime.atomic_file import write_atomically
-from .format import (ALIGN, FORMAT_VERSION, MAGIC, MAX_DEPTH, PREFIX, int_digit_limit,
-                     int_digits_ok, is_path, join, where)
-
-
-class SaveTypeError(GraphnnError, TypeError):
-    """``graphnn.save`` was given a value (or dict key) it cannot store."""
+from . import safetensors_file
+from .format import (ALIGN, FORMAT_VERSION, MAGIC, MAX_DEPTH, PREFIX, SaveTypeError,
+                     int_digit_limit, int_digits_ok, is_path, join, where)
 
 
 class _Writer:
@@ -118,8 +114,12 @@ def save(obj, f) -> None:
     written atomically: the data goes to a temporary file in the same folder, which then
     replaces ``f``, so a crash never leaves a half-written file under that name. Unsupported
     values raise ``SaveTypeError`` (a ``TypeError``) naming their key path, before any file
-    is touched.
+    is touched. A path ending in ``.safetensors`` gets a safetensors file instead (a flat
+    dict of str keys to tensors: ``safetensors_file``).
     """
+    if safetensors_file.is_safetensors_path(f):
+        safetensors_file.save(obj, f)
+        return
     parts = _encode(obj)
     if not is_path(f):
         if not hasattr(f, "write"):
