@@ -19,7 +19,9 @@ from .frontend.random import (Generator, default_generator, get_rng_state, initi
 from .frontend.type_info import finfo, iinfo
 from .frontend.device import device
 from .frontend.tensor import Size, Tensor
-from .frontend.tensor_math import where
+from .frontend.nonzero import nonzero, where
+from .frontend.sampling import multinomial, randperm
+from .frontend.scatter import scatter, scatter_reduce
 from .frontend.tensor_shape import cat, concat, concatenate, pad, stack
 from .frontend.tracer import trace
 from .ir.dtypes import (DType as dtype, bfloat16, bool_ as bool, float16, float32, float64, int8,

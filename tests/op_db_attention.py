@@ -13,11 +13,13 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from graphnn.ir import REGISTRY
 from graphnn.ir.dtypes import from_numpy_dtype
 from graphnn.ir.ops.attention import keep_mask
 from graphnn.ir.torch_arrays import from_torch
-from op_info import F16, F64, FLOATS, I64, Err, OpInfo, Sample
+from op_info import F16, F32, F64, FLOATS, I64, Err, OpInfo, Sample
 
 
 def _qkv(m, q_shape, k_shape, dv=None):
@@ -60,10 +62,10 @@ def _samples(m):
 
 
 def _ref(q, k, v, mask=None, *, scale, causal, has_mask, dropout_p, seed, kv_groups,
-         safe_softmax):
+         safe_softmax, drawn=None):
     """PyTorch's SDPA; written out (keys hidden, float mask added, softmax, dropout) where it
-    has no such option: dropout with graphnn's keep mask, or a plain softmax whose rows with
-    no key give NaN (``safe_softmax=False``)."""
+    has no such option: dropout with graphnn's keep mask (drawn in q's dtype, or ``drawn``),
+    or a plain softmax whose rows with no key give NaN (``safe_softmax=False``)."""
     T, S = q.shape[-2], k.shape[-2]
     tri = torch.ones(T, S, dtype=torch.bool).tril()
     if safe_softmax and not dropout_p:
@@ -72,21 +74,79 @@ def _ref(q, k, v, mask=None, *, scale, causal, has_mask, dropout_p, seed, kv_gro
             causal = False
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
                                               scale=scale, enable_gqa=kv_groups > 1)
-    k, v = k.repeat_interleave(kv_groups, -3), v.repeat_interleave(kv_groups, -3)
-    s = q @ k.mT * scale
-    if mask is not None and mask.dtype == torch.bool:
-        s = s.masked_fill(~mask, -math.inf)
-    if causal:
-        s = s.masked_fill(~tri, -math.inf)
-    if mask is not None and mask.dtype != torch.bool:
-        s = s + mask
+    v = v.repeat_interleave(kv_groups, -3)
+    s = _scores(q, k, mask, scale=scale, causal=causal, kv_groups=kv_groups)
     p = torch.softmax(s, dim=-1)
     if safe_softmax:
         p = p.masked_fill(s.amax(-1, keepdim=True) == -math.inf, 0.0)
     if dropout_p:
-        keep = keep_mask(p.shape, from_numpy_dtype(from_torch(q).dtype), dropout_p, seed)
+        drawn = drawn or from_numpy_dtype(from_torch(q).dtype)
+        keep = keep_mask(p.shape, drawn, dropout_p, seed)
         p = p * torch.from_numpy(keep).to(p.dtype) / (1 - dropout_p)
     return p @ v
+
+
+def _scores(q, k, mask, *, scale, causal, kv_groups):
+    """q kᵀ · scale with keys hidden (bool mask, causality) at -inf, then a float mask added."""
+    k = k.repeat_interleave(kv_groups, -3)
+    s = q @ k.mT * scale
+    if mask is not None and mask.dtype == torch.bool:
+        s = s.masked_fill(~mask, -math.inf)
+    if causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), -math.inf)
+    if mask is not None and mask.dtype != torch.bool:
+        s = s + mask
+    return s
+
+
+# ---- the fused backward ----------------------------------------------------------------------
+
+def _backward_samples(m, stats=False):
+    """Forward samples (masks, causal, GQA, broadcast batch, an empty row, dropout, the plain
+    softmax) with an output gradient, and for the backward the rows' statistics."""
+    picked = [s for s in _samples(m) if s.desc in (
+        "multi-head", "broadcast batch", "bool mask", "float mask", "a fully masked row",
+        "causal, more queries than keys", "MQA, causal and a mask", "dropout",
+        "a fully masked row, plain softmax: NaN")]
+    out = []
+    for s in picked:
+        q, k, v = s.inputs[:3]
+        batch = np.broadcast_shapes(q.shape[:-3], k.shape[:-3]) + q.shape[-3:-2]
+        inputs = s.inputs + [m(*batch, q.shape[-2], v.shape[-1])]
+        if not stats:
+            op = REGISTRY["scaled_dot_product_attention_stats"]
+            inputs += list(op.run(inputs, op.normalize_attrs(s.attrs)))
+        # finite differences on the smallest sample only (a few thousand evaluations; a row
+        # with no key has the log-sum-exp -inf, which differences cannot take)
+        out.append(Sample(inputs, s.attrs, s.desc, fd=s.desc == "MQA, causal and a mask"))
+    return out
+
+
+def _ref_stats(q, k, v, *rest, scale, causal, has_mask, dropout_p, seed, kv_groups,
+               safe_softmax):
+    """The rows' log-sum-exp of the masked scores and rowsum(dO ⊙ O) (= rowsum(dP ⊙ P)), from
+    the operands in float32 for 16-bit ones (float64 for float64)."""
+    *mask, g = rest
+    attrs = dict(scale=scale, causal=causal, has_mask=has_mask, dropout_p=dropout_p, seed=seed,
+                 kv_groups=kv_groups, safe_softmax=safe_softmax)
+    wide = torch.float64 if q.dtype == torch.float64 else torch.float32
+    drawn = from_numpy_dtype(from_torch(q).dtype)
+    q, k, v, g, *mask = [x.to(wide) if x.is_floating_point() else x for x in (q, k, v, g, *mask)]
+    s = _scores(q, k, mask[0] if mask else None, scale=scale, causal=causal,
+                kv_groups=kv_groups)
+    with sdpa_kernel(SDPBackend.MATH):
+        out = _ref(q, k, v, *mask, **attrs, drawn=drawn)
+    return torch.logsumexp(s, -1), (g * out).sum(-1)
+
+
+def _ref_backward(q, k, v, *rest, **attrs):
+    """torch autograd's dq, dk, dv of ``_ref`` (differentiable again); the rows' statistics
+    (the last two inputs) are not read."""
+    *mask, g, _, _ = rest
+    with torch.enable_grad(), sdpa_kernel(SDPBackend.MATH):  # differentiable twice
+        leaves = [x if x.requires_grad else x.detach().requires_grad_() for x in (q, k, v)]
+        out = _ref(*leaves, *mask, **attrs)
+        return torch.autograd.grad(out, leaves, g, create_graph=True)
 
 
 def _errors(m):
@@ -108,4 +168,12 @@ def _errors(m):
 ATTENTION = [
     OpInfo("scaled_dot_product_attention", _samples, _ref, FLOATS, errors=_errors,
            tol={F16: (2e-3, 2e-3)}),
+    # the fused backward's two ops in float32 and float64 (in float16 the attention's own
+    # gradient checks run them; in bfloat16 their many rounded steps are not torch's)
+    OpInfo("scaled_dot_product_attention_stats", lambda m: _backward_samples(m, stats=True),
+           _ref_stats, (F32, F64)),
+    # second order of the attention w.r.t. q, k and v (w.r.t. the output gradient: the
+    # attention's double_backward check; the third order is not checked)
+    OpInfo("scaled_dot_product_attention_backward", _backward_samples, _ref_backward,
+           (F32, F64), grad_inputs=(0, 1, 2), double_backward=False),
 ]

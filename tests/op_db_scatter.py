@@ -66,6 +66,7 @@ def _scatter_errors(m, attrs):
             Err([m(3, 4), np.zeros((2, 5), I64), m(2, 5)], attrs, ValueError, "index too large"),
             Err([m(3, 4), np.zeros((2, 2)), m(2, 2)], attrs, TypeError, "float index"),
             Err([m(3, 4), np.full((1, 1), 3, I64), m(1, 1)], attrs, IndexError, "out of bounds"),
+            Err([m(3, 4), np.full((1, 1), -1, I64), m(1, 1)], attrs, IndexError, "negative"),
             Err([m(3, 4), np.zeros((1, 1), I64), m(1, 1)], {**attrs, "dim": 2}, IndexError,
                 "dim out of range"),
             Err([m(3, 4), np.zeros((2, 2), I64), m(2, 3)], attrs, ValueError, "src shape")]

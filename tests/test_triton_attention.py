@@ -12,17 +12,14 @@ computes bf16 on bit patterns and truncates when rounding to bf16): no bf16 case
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 from compile_helpers import isolated_cache  # noqa: F401  (autouse: a kernel cache per test)
 from op_db_attention import _ref
-from test_triton_backend import _AOT_SCRIPT, _host_ops, _sources
-from triton_helpers import INTERPRETER_WARNINGS, SMALL
+from test_triton_backend import _host_ops, _sources
+from triton_helpers import INTERPRETER_WARNINGS, SMALL, compile_ahead_of_time
 
 import graphnn
 from graphnn.codegen.triton import BACKEND
@@ -187,39 +184,161 @@ def test_dropout_runs_on_the_host_and_stays_correct(tmp_path):
     np.testing.assert_array_equal(DEVICE.download(out), want)
 
 
+# ---- the fused backward: stats and gradients ----------------------------------------------------
+
+STATS, BACKWARD = "scaled_dot_product_attention_stats", "scaled_dot_product_attention_backward"
+
+
+def _torch_gradients(arrays, g, attrs) -> list:
+    """dq, dk, dv of PyTorch's float64 attention (math kernel) for the output gradient g."""
+    full = {name: spec.default for name, spec in ATTRS.items()}
+    full.update(attrs)
+    leaves = [torch.from_numpy(a.astype(F64)).requires_grad_() for a in arrays[:3]]
+    rest = [torch.from_numpy(a.astype(F64) if a.dtype.kind == "f" else a) for a in arrays[3:]]
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        out = _ref(*leaves, *rest, **full)
+    return [x.numpy() for x in torch.autograd.grad(out, leaves, torch.from_numpy(g.astype(F64)))]
+
+
+def _check_backward(arrays, attrs, dtype, isolated_cache, backends=(SMALL, "triton"),
+                    torch_too=True):
+    """The stats and backward kernels (each backend) equal the NumPy backend's decomposition,
+    and dq, dk, dv PyTorch's float64 autograd, within the dtype's tolerance (float16: the
+    NumPy backend computes the gradient in float16 steps, the kernels in float32)."""
+    forward = REGISTRY[NAME]
+    full = forward.normalize_attrs(attrs)
+    out = forward.run(arrays, full)[0]
+    g = np.random.default_rng(9).standard_normal(out.shape).astype(dtype)
+    lse_delta = list(REGISTRY[STATS].run(arrays + [g], full))
+    want = _torch_gradients(arrays, g, attrs) if torch_too else []
+    loose = dict(rtol=2e-2, atol=2e-2) if dtype is F16 else TOL[dtype]
+    for backend in backends:
+        for name, inputs in ((STATS, arrays + [g]), (BACKWARD, arrays + [g] + lse_delta)):
+            def fn(*xs, name=name):
+                return apply_op(name, list(xs), attrs)
+            got = graphnn.compile(fn, backend=backend)(*[graphnn.from_numpy(a) for a in inputs])
+            got = [x.detach().numpy() for x in got]
+            numpy_out = graphnn.compile(fn, backend="numpy")(
+                *[graphnn.from_numpy(a) for a in inputs])
+            for k, (a, e) in enumerate(zip(got, numpy_out)):
+                e = e.detach().numpy()
+                assert a.dtype == e.dtype and a.shape == e.shape, (name, k)
+                torch.testing.assert_close(torch.from_numpy(a.astype(F64)),
+                                           torch.from_numpy(e.astype(F64)), equal_nan=True,
+                                           **(loose if name == BACKWARD else TOL[F32]),
+                                           msg=lambda m: f"{backend} {name} {k} vs numpy: {m}")
+            if name == BACKWARD:
+                for k, (a, e) in enumerate(zip(got, want)):
+                    torch.testing.assert_close(torch.from_numpy(a.astype(F64)),
+                                               torch.from_numpy(e), equal_nan=True, **TOL[dtype],
+                                               msg=lambda m: f"{backend} d{'qkv'[k]} vs torch: {m}")
+    assert not _host_ops(_sources(isolated_cache)), "the backward ran on the host"
+
+
+# the forward's cases without broadcast batch dims (which the backward leaves to the host)
+BACKWARD_PARAMS = [(k, F32) for k in range(len(CASES)) if k != 3] + \
+    [(k, dt) for k in (0, 6, 10) for dt in (F16, F64)]
+
+
+@pytest.mark.parametrize("index, dtype", BACKWARD_PARAMS,
+                         ids=[f"{CASES[k][0]}-{np.dtype(dt).name}" for k, dt in BACKWARD_PARAMS])
+def test_backward_matches_torch_and_numpy(index, dtype, isolated_cache):
+    _, q_shape, k_shape, dv, attrs, mask = CASES[index]
+    rng = np.random.default_rng(100 + index)
+    made = None if mask is None else mask(rng)
+    if made is not None and made.dtype != bool:
+        made = made.astype(dtype)
+    attrs = {"scale": 1 / math.sqrt(q_shape[-1]), **attrs, "has_mask": made is not None}
+    _check_backward(_inputs(rng, q_shape, k_shape, dv, dtype, made), attrs, dtype,
+                    isolated_cache)
+
+
+def test_backward_of_fully_masked_rows_and_nan(isolated_cache):
+    """A row with no key: zero gradients with a safe softmax, NaN with the plain one (as the
+    reference's softmax); a NaN in q spreads as in the NumPy backend (the reference: its
+    products meet the NaN row at the keys causality hides, where PyTorch's kernels skip)."""
+    rng = np.random.default_rng(11)
+    keep = _keep(rng, (1, 2, 20, 37))
+    keep[0, 0, [0, 17]] = False
+    for safe in (True, False):
+        arrays = _inputs(rng, (1, 2, 20, 16), (1, 2, 37, 16), 16, F32, keep)
+        _check_backward(arrays, {"scale": 0.3, "has_mask": True, "safe_softmax": safe}, F32,
+                        isolated_cache, backends=(SMALL,))
+    q, k, v = _inputs(rng, (1, 2, 20, 16), (1, 2, 37, 16), 16, F32)
+    q[0, 1, 4, 3] = np.nan
+    _check_backward([q, k, v], {"scale": 0.3, "causal": True}, F32, isolated_cache,
+                    backends=(SMALL,), torch_too=False)
+
+
+def test_backward_of_empty_sequences(isolated_cache):
+    """No keys: dq is 0 (and dk, dv empty); no queries: dk and dv are 0."""
+    rng = np.random.default_rng(13)
+    for q_shape, k_shape in (((2, 5, 16), (2, 0, 16)), ((2, 0, 16), (2, 5, 16))):
+        _check_backward(_inputs(rng, q_shape, k_shape, 8, F32), {"scale": 0.5, "causal": True},
+                        F32, isolated_cache, backends=(SMALL,), torch_too=False)
+
+
+def test_compiled_training_runs_the_flash_kernels(isolated_cache):
+    """A compiled causal attention (sequences long enough that the probabilities are not
+    shared with the backward) differentiated through the compiled graph: the forward, stats and
+    backward kernels run in Triton and the gradients equal PyTorch's."""
+    rng = np.random.default_rng(12)
+    arrays = _inputs(rng, (2, 2, 40, 8), (2, 2, 40, 8), 8, F32)
+    fn = graphnn.compile(lambda q, k, v: graphnn.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=True), backend=SMALL)
+    leaves = [graphnn.from_numpy(a).requires_grad_() for a in arrays]
+    out = fn(*leaves)
+    g = rng.standard_normal(tuple(out.shape)).astype(F32)
+    out.backward(graphnn.from_numpy(g))
+    want = _torch_gradients(arrays, g, {"scale": 1 / math.sqrt(8), "causal": True})
+    for leaf, w in zip(leaves, want):
+        np.testing.assert_allclose(leaf.grad.numpy(), w, rtol=1e-5, atol=1e-5)
+    source = _sources(isolated_cache)
+    assert not _host_ops(source)
+    for op in (NAME, STATS, BACKWARD):
+        assert f"= {op}(" in source  # the graph text of the module that launches its kernel
+
+
 # ---- ahead-of-time compilation ---------------------------------------------------------------
 
 AOT_CASES = [
     (F16, (2, 4, 20, 80), (2, 2, 37, 80), 96, {"kv_groups": 2, "causal": True}, "float"),
-    (F32, (2, 2, 20, 64), (1, 2, 37, 64), 64, {}, "bool"),
+    (F32, (2, 2, 20, 64), (2, 2, 37, 64), 64, {}, "bool"),
     (F64, (1, 2, 20, 32), (1, 2, 37, 32), 32, {"causal": True, "safe_softmax": False}, None),
 ]
 
 
+def _aot_graphs(dtype, q_shape, k_shape, dv, attrs, mask):
+    """The forward, stats and backward graphs of one case (zeros: only types matter)."""
+    arrays = [np.zeros(q_shape, dtype), np.zeros(k_shape, dtype),
+              np.zeros(k_shape[:-1] + (dv,), dtype)]
+    if mask is not None:
+        arrays.append(np.zeros(q_shape[:-1] + (k_shape[-2],), bool if mask == "bool" else dtype))
+    attrs = {"scale": 0.125, **attrs, "has_mask": mask is not None}
+    g = np.zeros(q_shape[:-1] + (dv,), dtype)
+    rows = np.zeros(q_shape[:-1], F64 if dtype is F64 else F32)
+    for name, inputs in ((NAME, arrays), (STATS, arrays + [g]),
+                         (BACKWARD, arrays + [g, rows, rows])):
+        yield graphnn.trace(lambda *xs, name=name: apply_op(name, list(xs), attrs),
+                            *[graphnn.tensor(a) for a in inputs])
+
+
 def test_attention_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
-    """The GPU form (16-bit tl.dot operands, float64 tl.dot) of forward kernels with GQA,
-    causality, bool and float masks, in float16, float32 and float64, with default and small
-    blocks, compiles to PTX for sm80 and sm90 without a GPU."""
+    """The GPU form (16-bit tl.dot operands, float64 tl.dot) of the forward, stats and backward
+    kernels with GQA, causality, bool and float masks, in float16, float32 and float64, with
+    default and small blocks, compiles to PTX for sm80 without a GPU, and the float16 ones for
+    sm90 too (kernels differing only in sizes compile once)."""
     paths = []
-    for k, (dtype, q_shape, k_shape, dv, attrs, mask) in enumerate(AOT_CASES):
-        arrays = [np.zeros(q_shape, dtype), np.zeros(k_shape, dtype),
-                  np.zeros(k_shape[:-1] + (dv,), dtype)]
-        if mask is not None:
-            arrays.append(np.zeros(q_shape[:-1] + (k_shape[-2],),
-                                   bool if mask == "bool" else dtype))
-        attrs = {"scale": 0.125, **attrs, "has_mask": mask is not None}
-        graph = graphnn.trace(_attention(attrs), *[graphnn.tensor(a) for a in arrays])
-        stage = stages.build(graph, "inference", BACKEND).stages["inference"]
-        for blocks in (DEFAULT_BLOCKS, SMALL_BLOCKS):
-            source = generate(stage.schedule, stage.plan, blocks=blocks, interpreter_form=False)
-            assert "tl.dot" in source and "host_op" not in source
-            path = tmp_path / f"attention{k}_{blocks.attention_m}_sm90.py"
-            path.write_text(source)
-            paths.append(str(path))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_CACHE_DIR=str(tmp_path / "cache"),
-               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run([sys.executable, "-c", _AOT_SCRIPT, *paths], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert int(done.stdout.split()[-1]) >= len(AOT_CASES)
+    for k, case in enumerate(AOT_CASES):
+        for j, graph in enumerate(_aot_graphs(*case)):
+            stage = stages.build(graph, "inference", BACKEND).stages["inference"]
+            for blocks in (DEFAULT_BLOCKS, SMALL_BLOCKS):
+                source = generate(stage.schedule, stage.plan, blocks=blocks,
+                                  interpreter_form=False)
+                assert "tl.dot" in source and "host_op" not in source
+                # sm90 for the float16 case (wgmma); sm80 for all
+                arch = "_sm90" if case[0] is F16 else ""
+                path = tmp_path / f"attention{k}_{j}_{blocks.attention_m}{arch}.py"
+                path.write_text(source)
+                paths.append(str(path))
+    assert compile_ahead_of_time(paths, tmp_path) >= 3 * len(AOT_CASES)

@@ -20,6 +20,7 @@ from .dispatch import apply1
 from .indexing import getitem, setitem
 from .inplace import TensorInplaceMixin, view_base
 from .ops_sorting import TensorSortingMixin
+from .tensor_extras import TensorExtrasMixin
 from .tensor_math import TensorMathMixin
 from .tensor_shape import TensorShapeMixin
 
@@ -47,7 +48,8 @@ class RemovableHandle:
             self._hooks.remove(self._hook)
 
 
-class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin, TensorSortingMixin):
+class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin, TensorSortingMixin,
+             TensorExtrasMixin):
     """An n-dimensional array of one dtype, with gradients recorded when ``requires_grad``."""
 
     __array_priority__ = 1000  # NumPy defers to Tensor's reflected operators

@@ -12,13 +12,18 @@ its q rows once and walks the keys in ``BLOCK_N`` blocks with an online softmax:
 ``q kᵀ · scale`` (``tl.dot``) have hidden keys (past S, the bool mask, causality: key j <= query
 i) set to -inf, then the float mask added, as the op's reference does; the running row maximum
 ``m``, the running sum ``l`` of ``exp(s - m)`` and the running ``exp(s - m) @ v`` are rescaled as
-the maximum grows. A causal program stops at its last row's key. No T x S matrix is stored.
+the maximum grows. No T x S matrix is stored. A causal program walks every key block too:
+the reference's ``p @ v`` multiplies a hidden key's zero probability by its value, so a NaN or
+inf value the mask hides still gives NaN, and skipping the blocks past a program's last row
+would lose that.
 
 Fully masked rows: while every key of a row is hidden its maximum is -inf and the exponentials
 are taken against 0, so such a row ends with ``l == 0`` (any key that is not hidden adds at
 least exp(0) = 1, and a NaN score makes ``l`` NaN). The result is ``acc / l``: with
 ``safe_softmax`` a row with ``l == 0`` gives zeros, without it 0/0 = NaN, as the reference's
-plain softmax; with no keys at all (S = 0) the reference gives zeros either way. NaN and inf
+plain softmax; with no keys at all (S = 0) the reference gives zeros either way. (A row with
+``l == 0`` keeps ``acc``: its zero probabilities times v, 0, or NaN where v holds NaN or inf,
+as the reference's product.) NaN and inf
 scores reach ``acc`` and ``l`` through ``exp`` as they reach the reference's softmax.
 
 Accumulation is float32 (float64 for float64: ``tl.dot`` in float64, which compiles for sm80
@@ -33,12 +38,13 @@ from __future__ import annotations
 import math
 
 from graphnn.ir.ops.attention import NAME
+from graphnn.ir.ops.attention_backward import BACKWARD, STATS
 
 from .kernels import Blocks, KernelBody, Launch, aligned_strides, launch_of, next_pow2
 from .ops import ROUNDED, Unlowered, compute, number
 
-ATTENTION_OPS = frozenset({NAME})
-_NINF = '-float("inf")'
+ATTENTION_OPS = frozenset({NAME, STATS, BACKWARD})
+NINF = '-float("inf")'
 
 
 class Operands:
@@ -46,21 +52,24 @@ class Operands:
     variables ``b0, b1, ...`` index the scores' batch dims (``batch``), and k and v read head
     ``h // kv_groups`` of the last one."""
 
-    def __init__(self, body: KernelBody, unit, node):
+    def __init__(self, body: KernelBody, unit, node, result=None):
         self.body, self.unit, self.node = body, unit, node
         q, k = node.inputs[0], node.inputs[1]
-        self.batch = tuple(node.outputs[0].type.shape[:-2])
+        # the attention's result type (the forward's, or the output gradient's)
+        self.batch = tuple((result or node.outputs[0]).type.shape[:-2])
         self.groups = node.attrs["kv_groups"]
         self.t, self.s, self.d = q.type.shape[-2], k.type.shape[-2], q.type.shape[-1]
         self.dv = node.inputs[2].type.shape[-1]
 
-    def batch_indices(self, flat: str) -> None:
-        """Emit ``b{d}``, the index along each batch dim of size > 1, from ``flat``."""
-        live = [d for d in range(len(self.batch)) if self.batch[d] > 1]
+    def batch_indices(self, flat: str, shape=None) -> None:
+        """Emit ``b{d}``, the index along each dim of size > 1 of ``shape`` (default: the
+        scores' batch dims), from ``flat``, a flat index over ``shape``."""
+        shape = self.batch if shape is None else shape
+        live = [d for d in range(len(shape)) if shape[d] > 1]
         for i, d in enumerate(live):
-            inner = math.prod(self.batch[e] for e in live[i + 1:])
+            inner = math.prod(shape[e] for e in live[i + 1:])
             index = flat if inner == 1 else f"({flat} // {inner})"
-            self.body.emit(f"b{d} = {index if i == 0 else f'{index} % {self.batch[d]}'}")
+            self.body.emit(f"b{d} = {index if i == 0 else f'{index} % {shape[d]}'}")
 
     def strides(self, value, grouped: bool) -> list:
         """``value``'s strides along the batch dims and its last two dims (0 where it
@@ -87,6 +96,14 @@ class Operands:
                 terms.append(index if stride == 1 else f"{index} * {stride}")
         return " + ".join(terms) or "0"
 
+    def row_offset(self, value, rows: str) -> str:
+        """The offsets of a per-row value (the scores' batch dims and T) at ``rows``."""
+        target = self.batch + (self.t,)
+        strides = aligned_strides(value.type.shape, target, list(range(len(target))),
+                                  len(target))
+        terms = [f"b{d} * {st}" for d, st in enumerate(strides[:-1]) if st and self.batch[d] > 1]
+        return " + ".join(terms + [rows])
+
     def load(self, value, rows: str, cols: str, mask: str, grouped: bool = False) -> str:
         return self.body.load(f"in{self.unit.read_index(value)}",
                               self.offset(value, rows, cols, grouped), mask, value.type.dtype)
@@ -108,7 +125,7 @@ class Operands:
         if node.attrs["causal"]:
             keep.append(f"({col_vars} <= {row_vars})")
         body.emit(f"keep = {' & '.join(keep)}")
-        body.emit(f"s = tl.where(keep, s, {_NINF})")
+        body.emit(f"s = tl.where(keep, s, {NINF})")
         if mask is not None and mask.type.dtype.name != "bool":
             m = self.load(mask, row_vars, col_vars, inside)
             body.emit(f"s = s + {body.cast(m, acc_type, acc_type)}")
@@ -116,10 +133,8 @@ class Operands:
 
 
 def check(node) -> str:
-    """The accumulation dtype of an attention node the templates lower; ``Unlowered`` for
-    dropout (the host runs it) and non-attention nodes."""
-    if node.op != NAME:
-        raise Unlowered("not an attention")
+    """The accumulation dtype of an attention node (forward, stats or backward) the templates
+    lower; ``Unlowered`` for dropout (the host runs it)."""
     if node.attrs["dropout_p"]:
         raise Unlowered("attention with dropout (no random numbers in kernels yet)")
     return compute(node.outputs[0].type.dtype)
@@ -143,60 +158,106 @@ def head_block(size: int) -> int:
     return max(16, next_pow2(size))
 
 
-def attention_forward(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
-    """A flash-attention forward kernel for ``unit`` (see the module docstring)."""
-    if len(unit.nodes) != 1:
+def attention(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
+    """The kernel of an attention unit: a forward, or the backward's stats or gradients
+    (``attention_backward.py``)."""
+    if len(unit.nodes) != 1 or unit.nodes[0].op not in ATTENTION_OPS:
         raise Unlowered("not one attention")
-    node = unit.nodes[0]
-    acc_type = check(node)
-    q, k, v = node.inputs[:3]
-    out = node.outputs[0]
-    body = KernelBody(interpreter_form)
-    ops = Operands(body, unit, node)
-    t, s = ops.t, ops.s
-    block_m = max(16, min(next_pow2(t), blocks.attention_m))
-    block_n = max(16, min(next_pow2(s), blocks.attention_n))
-    tiles = -(-t // block_m)
-    body.emit("pid = tl.program_id(0)")
-    body.emit(f"tile = pid % {tiles}")
-    body.emit(f"batch = pid // {tiles}")
+    return _TEMPLATES[unit.nodes[0].op](name, unit, blocks, interpreter_form)
+
+
+def block_sizes(ops: Operands, blocks: Blocks) -> dict:
+    """The constexpr block sizes: query rows, key columns (at least 16 each, ``tl.dot``'s
+    least) and the padded head dims of q/k and v."""
+    return {"BLOCK_M": max(16, min(next_pow2(ops.t), blocks.attention_m)),
+            "BLOCK_N": max(16, min(next_pow2(ops.s), blocks.attention_n)),
+            "BLOCK_D": head_block(ops.d), "BLOCK_E": head_block(ops.dv)}
+
+
+def query_program(ops: Operands, sizes: dict, program: str = "pid") -> int:
+    """Emit the start of a program over ``BLOCK_M`` query rows of one batch entry
+    (``program`` numbers it): ``tile``, the batch indices, ``rows``/``rmask``, the head-dim
+    ranges ``dq``/``dmask`` (q, k) and ``dv``/``emask`` (v); returns the number of programs."""
+    body = ops.body
+    tiles = -(-ops.t // sizes["BLOCK_M"])
+    body.emit(f"tile = {program} % {tiles}")
+    body.emit(f"batch = {program} // {tiles}")
     ops.batch_indices("batch")
     body.emit("rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)")
-    body.emit(f"rmask = rows < {t}")
-    body.emit("dq = tl.arange(0, BLOCK_D)")
-    body.emit(f"dmask = dq < {ops.d}")
-    body.emit("dv = tl.arange(0, BLOCK_E)")
-    body.emit(f"emask = dv < {ops.dv}")
-    qb = ops.load(q, "rows[:, None]", "dq[None, :]", "rmask[:, None] & dmask[None, :]")
-    body.emit(f"m_i = tl.full([BLOCK_M], {_NINF}, {acc_type})")
-    body.emit(f"l_i = tl.zeros([BLOCK_M], {acc_type})")
-    body.emit(f"acc = tl.zeros([BLOCK_M, BLOCK_E], {acc_type})")
-    end = f"tl.minimum((tile + 1) * BLOCK_M, {s})" if node.attrs["causal"] else str(s)
-    body.emit(f"for start in range(0, {end}, BLOCK_N):")
+    body.emit(f"rmask = rows < {ops.t}")
+    head_ranges(ops)
+    return math.prod(ops.batch) * tiles
+
+
+def head_ranges(ops: Operands) -> None:
+    """Emit ``dq``/``dmask`` and ``dv``/``emask``: the padded head dims of q/k and v."""
+    ops.body.emit("dq = tl.arange(0, BLOCK_D)")
+    ops.body.emit(f"dmask = dq < {ops.d}")
+    ops.body.emit("dv = tl.arange(0, BLOCK_E)")
+    ops.body.emit(f"emask = dv < {ops.dv}")
+
+
+def key_loop(ops: Operands, q: str, acc_type: str) -> str:
+    """Open the loop over the key blocks of a query program and emit their masked scores
+    against the q block ``q``; returns their variable. The caller closes the loop
+    (``body.indent -= 1``)."""
+    body, node = ops.body, ops.node
+    body.emit(f"for start in range(0, {ops.s}, BLOCK_N):")
     body.indent += 1
     body.emit("cols = start + tl.arange(0, BLOCK_N)")
-    body.emit(f"cmask = cols < {s}")
-    kt = ops.load(k, "cols[None, :]", "dq[:, None]", "dmask[:, None] & cmask[None, :]",
-                  grouped=True)
-    scores = ops.scores(qb, kt, acc_type, "rows[:, None]", "cols[None, :]",
-                        "rmask[:, None] & cmask[None, :]")
+    body.emit(f"cmask = cols < {ops.s}")
+    kt = ops.load(node.inputs[1], "cols[None, :]", "dq[:, None]",
+                  "dmask[:, None] & cmask[None, :]", grouped=True)
+    return ops.scores(q, kt, acc_type, "rows[:, None]", "cols[None, :]",
+                      "rmask[:, None] & cmask[None, :]")
+
+
+def online_softmax_init(body: KernelBody, acc_type: str) -> None:
+    """Emit the running row maximum ``m_i`` (-inf) and sum ``l_i`` (0) of an online softmax."""
+    body.emit(f"m_i = tl.full([BLOCK_M], {NINF}, {acc_type})")
+    body.emit(f"l_i = tl.zeros([BLOCK_M], {acc_type})")
+
+
+def online_softmax_step(body: KernelBody, scores: str) -> None:
+    """Emit one key block's online-softmax update of the running row maximum ``m_i`` and sum
+    ``l_i``: ``m_new``, ``alpha`` (the rescaling of what came before) and ``p`` (the block's
+    exponentials), taken against 0 while a row has no key (see the module docstring)."""
     body.emit(f"m_new = tl.maximum(m_i, tl.max({scores}, 1))")
-    body.emit("m_use = tl.where(m_new == -float(\"inf\"), 0.0, m_new)")
+    body.emit(f"m_use = tl.where(m_new == {NINF}, 0.0, m_new)")
     body.emit("alpha = tl.exp(m_i - m_use)")
     body.emit(f"p = tl.exp({scores} - m_use[:, None])")
     body.emit("l_i = l_i * alpha + tl.sum(p, 1)")
+
+
+def forward(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
+    """A flash-attention forward kernel for ``unit`` (see the module docstring)."""
+    node = unit.nodes[0]
+    acc_type = check(node)
+    q, v = node.inputs[0], node.inputs[2]
+    out = node.outputs[0]
+    body = KernelBody(interpreter_form)
+    ops = Operands(body, unit, node)
+    sizes = block_sizes(ops, blocks)
+    body.emit("pid = tl.program_id(0)")
+    programs = query_program(ops, sizes)
+    qb = ops.load(q, "rows[:, None]", "dq[None, :]", "rmask[:, None] & dmask[None, :]")
+    online_softmax_init(body, acc_type)
+    body.emit(f"acc = tl.zeros([BLOCK_M, BLOCK_E], {acc_type})")
+    online_softmax_step(body, key_loop(ops, qb, acc_type))
     vb = ops.load(v, "cols[:, None]", "dv[None, :]", "cmask[:, None] & emask[None, :]",
                   grouped=True)
     body.emit(f"acc = acc * alpha[:, None] + tl.dot({dot_operand(body, 'p', v)}, {vb}, "
               f"out_dtype={acc_type}{ieee(v)})")
     body.emit("m_i = m_new")
     body.indent -= 1
-    safe = node.attrs["safe_softmax"] or s == 0
-    empty = "0.0" if safe else 'float("nan")'
+    safe = node.attrs["safe_softmax"] or ops.s == 0
+    empty = "acc" if safe else 'float("nan")'  # acc: the zero probabilities times v
     body.emit(f"o = tl.where((l_i == 0)[:, None], {empty}, acc / l_i[:, None])")
     body.store("out0", ops.offset(out, "rows[:, None]", "dv[None, :]"), "o",
                "rmask[:, None] & emask[None, :]", out.type.dtype)
-    grid = math.prod(ops.batch) * tiles if out.type.numel else 0
-    return launch_of(name, unit, body, grid,
-                     {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_D": head_block(ops.d),
-                      "BLOCK_E": head_block(ops.dv)})
+    return launch_of(name, unit, body, programs if out.type.numel else 0, sizes)
+
+
+from .attention_backward import backward, stats  # noqa: E402  (they build on the pieces above)
+
+_TEMPLATES = {NAME: forward, STATS: stats, BACKWARD: backward}

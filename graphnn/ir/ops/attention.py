@@ -192,43 +192,77 @@ def _dropout_factor(b, ctx, like):
     p = ctx.attrs["dropout_p"]
     if not p:
         return None
-    dt = b.dtype(like)
-    drawn = b.rand(shape=b.shape(like), dtype=dt, seed=ctx.attrs["seed"])
-    keep = b.cast(b.ge(drawn, b.scalar(p, dt)), dtype=dt)
+    dt, drawn_dt = b.dtype(like), ctx.input_types[0].dtype  # drawn as the forward draws
+    drawn = b.rand(shape=b.shape(like), dtype=drawn_dt, seed=ctx.attrs["seed"])
+    keep = b.cast(b.ge(drawn, b.scalar(p, drawn_dt)), dtype=dt)
     return b.mul(keep, b.scalar(1.0 / (1.0 - p), dt))
 
 
 def _grad_attention(b, ctx, g):
-    """dV = Pᵀ g; dP = g Vᵀ; dS = P ⊙ (dP − rowsum(dP ⊙ P)); dQ = dS K · scale;
-    dK = dSᵀ Q · scale; a float mask gets dS; GQA sums over each group of query heads."""
+    """dq, dk and dv from the fused ``scaled_dot_product_attention_stats`` (the rows'
+    log-sum-exp and rowsum(dP ⊙ P), which a flash backward reads) and
+    ``scaled_dot_product_attention_backward`` (``attention_backward.py``), whose
+    decompositions are ``row_statistics`` and ``gradients``; a float mask that needs a
+    gradient gets dS, the scores' gradient, from registry ops (a T x S matrix)."""
     attrs, need = ctx.attrs, ctx.needs_input_grad
-    groups = attrs["kv_groups"]
+    n = len(ctx.input_types)
+    grads = [None] * n
+    if need[0] or need[1] or need[2]:
+        operands = [ctx.input(i) for i in range(n)] + [g]
+        lse, delta = b.scaled_dot_product_attention_stats(*operands, **attrs)
+        dq, dk, dv = b.scaled_dot_product_attention_backward(*operands, lse, delta, **attrs)
+        grads[:3] = [dq if need[0] else None, dk if need[1] else None, dv if need[2] else None]
+    if attrs["has_mask"] and ctx.input_types[3].dtype.is_floating_point and need[3]:
+        grads[3] = gradients(b, ctx, g, mask_only=True)["ds"]
+    return grads
+
+
+def _score_gradient(b, g, v, drop):
+    """dP = g vᵀ (times the dropout factor)."""
+    dp = b.matmul(g, _transpose(b, v))
+    return dp if drop is None else b.mul(dp, drop)
+
+
+def row_statistics(b, ctx, g):
+    """(the rows' log-sum-exp of the masked scores, rowsum(dP ⊙ P)) for the output gradient
+    ``g``, as a flash backward keeps them: from upcast q, k, v and g (float32 for 16-bit
+    operands, as the flash kernels' scores)."""
+    groups = ctx.attrs["kv_groups"]
+    q, k, v, g = (upcast(b, x) for x in (ctx.input(0), ctx.input(1), ctx.input(2), g))
+    s, keep = _masked_scores(b, ctx, q, _repeat_heads(b, k, groups))
+    p = _probabilities(b, ctx, s, keep)
+    dp = _score_gradient(b, g, _repeat_heads(b, v, groups), _dropout_factor(b, ctx, p))
+    delta = b.sum(b.mul(dp, p), dims=(-1,), keepdim=False)
+    return b.logsumexp(s, dims=(-1,), keepdim=False), delta
+
+
+def gradients(b, ctx, g, mask_only=False) -> dict:
+    """The attention's gradients in registry ops, as the fused backward computes them (``ctx``
+    holds the forward's attributes and inputs q, k, v[, mask]): dV = Pᵀ g; dP = g Vᵀ; dS = P ⊙
+    (dP − rowsum(dP ⊙ P)); dQ = dS K · scale; dK = dSᵀ Q · scale; GQA sums each group of query
+    heads. Returns ``ds`` (the scores' gradient, a float mask's, hidden keys included) and, unless
+    ``mask_only``, ``dq``, ``dk``, ``dv`` (at the broadcast batch shape)."""
+    groups = ctx.attrs["kv_groups"]
     q, k, v = ctx.input(0), ctx.input(1), ctx.input(2)
     k_rep, v_rep = _repeat_heads(b, k, groups), _repeat_heads(b, v, groups)
     s, keep = _masked_scores(b, ctx, q, k_rep)
     p = _probabilities(b, ctx, s, keep)
     drop = _dropout_factor(b, ctx, p)
-    grads = [None] * len(ctx.input_types)
-    if need[2]:
+    out = {}
+    if not mask_only:
         used = p if drop is None else b.mul(p, drop)
-        grads[2] = _sum_groups(b, b.matmul(_transpose(b, used), g), groups)
-    float_mask = attrs["has_mask"] and ctx.input_types[3].dtype.is_floating_point
-    if not (need[0] or need[1] or (float_mask and need[3])):
-        return grads
-    dp = b.matmul(g, _transpose(b, v_rep))
-    if drop is not None:
-        dp = b.mul(dp, drop)
-    ds = b.mul(p, b.sub(dp, b.sum(b.mul(dp, p), dims=(-1,), keepdim=True)))
-    if float_mask and need[3]:
-        grads[3] = ds  # added after keys are hidden: the scores' gradient, hidden keys too
+        out["dv"] = _sum_groups(b, b.matmul(_transpose(b, used), g), groups)
+    dp = _score_gradient(b, g, v_rep, drop)
+    delta = b.sum(b.mul(dp, p), dims=(-1,), keepdim=True)
+    out["ds"] = ds = b.mul(p, b.sub(dp, delta))
+    if mask_only:
+        return out
     if keep is not None:  # a hidden key's score is the constant -inf: no gradient (nor NaN)
         ds = b.where(keep, ds, b.scalar(0, b.dtype(ds)))
-    ds = b.mul(ds, b.scalar(attrs["scale"], b.dtype(ds)))
-    if need[0]:
-        grads[0] = b.matmul(ds, k_rep)
-    if need[1]:
-        grads[1] = _sum_groups(b, b.matmul(_transpose(b, ds), q), groups)
-    return grads
+    ds = b.mul(ds, b.scalar(ctx.attrs["scale"], b.dtype(ds)))
+    out["dq"] = b.matmul(ds, k_rep)
+    out["dk"] = _sum_groups(b, b.matmul(_transpose(b, ds), q), groups)
+    return out
 
 
 # ---- decomposition -------------------------------------------------------------------------------
@@ -262,3 +296,6 @@ def _decompose_attention(b, ctx):
 register(OpDef(name=NAME, group=OpGroup.FUSED, infer=_infer, impl=_attention,
                grad=_grad_attention, attrs=ATTRS, arity=(3, 4), decompose=_decompose_attention,
                doc="dropout(softmax(q kᵀ · scale + mask)) v with causal, GQA and dropout"))
+
+
+from . import attention_backward  # noqa: E402,F401  (registers the fused backward ops)

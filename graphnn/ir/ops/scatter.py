@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import IndexError_, ShapeError
 from ..registry import Attr, OpDef, OpGroup, register
 from ..types import TensorType
 from .indexing import _bounds_checked, _gather_check, _scatter_key
@@ -44,6 +44,9 @@ def _flat(name, base, idx, dim):
         base, idx, dim = base.reshape(1), idx.reshape(1), 0
     d = dim % base.ndim
     _bounds_checked(name, base, [idx], [d])
+    if idx.size and idx.min() < 0:  # PyTorch's scatters take no negative positions
+        raise IndexError_(f"{name}: index {int(idx.min())} is out of bounds for dimension {d} "
+                          f"with size {base.shape[d]}")
     return base, idx, _scatter_key(idx, d)
 
 

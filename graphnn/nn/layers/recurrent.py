@@ -31,6 +31,10 @@ from ..parameter import Parameter
 __all__ = ["LSTM", "GRU"]
 
 
+class InputDTypeError(DTypeError, ValueError):
+    """The input's dtype differs from the weights' (a ValueError, as PyTorch raises here)."""
+
+
 def _check_arguments(input_size, hidden_size, num_layers, bias, batch_first, dropout,
                      proj_size) -> None:
     """PyTorch's constructor checks, in its order, with its messages."""
@@ -153,9 +157,9 @@ class _Recurrent(Module):
     def _check_input(self, input) -> None:
         weight = self.weight_ih_l0
         if input.dtype != weight.dtype:
-            raise DTypeError(f"RNN input dtype ({input.dtype}) does not match weight dtype "
-                             f"({weight.dtype}). Convert input: input.to({weight.dtype}), or "
-                             f"convert model: model.to({input.dtype})")
+            raise InputDTypeError(f"RNN input dtype ({input.dtype}) does not match weight dtype "
+                                  f"({weight.dtype}). Convert input: input.to({weight.dtype}), "
+                                  f"or convert model: model.to({input.dtype})")
         if input.shape[-1] != self.input_size:
             raise ShapeError(f"input.size(-1) must be equal to input_size. Expected "
                              f"{self.input_size}, got {input.shape[-1]}")
