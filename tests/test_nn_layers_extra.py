@@ -315,6 +315,16 @@ def test_upsample_errors():
         nn.Upsample(scale_factor=2, mode="bilinear")(x)
 
 
+@pytest.mark.parametrize("name,args,shape", [
+    ("GroupNorm", (2, 6), (0, 6, 3)), ("GroupNorm", (2, 6), (2, 6, 0)),
+    ("BatchNorm1d", (3,), (0, 3)), ("Conv1d", (3, 4, 2), (0, 3, 5)),
+    ("ConvTranspose2d", (3, 4, 2), (0, 3, 5, 5)), ("MaxPool1d", (2,), (0, 3, 5)),
+    ("AvgPool1d", (2,), (0, 3, 5)), ("Upsample", (None, 2), (0, 3, 5))],
+    ids=str)
+def test_empty_inputs_keep_torch_shapes(name, args, shape):
+    same_as_torch(lambda lib: tuple(getattr(lib.nn, name)(*args).eval()(lib.zeros(shape)).shape))
+
+
 # ---- compiled equals eager --------------------------------------------------------------------
 
 @pytest.mark.parametrize("make,shape", [

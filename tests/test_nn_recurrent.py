@@ -179,6 +179,12 @@ def test_forward_errors_match_torch():
 
 
 @pytest.mark.parametrize("name", ["LSTM", "GRU"])
+def test_empty_batch_keeps_torch_shapes(name):
+    same_as_torch(lambda lib: [tuple(t.shape) for t in
+                               _flat(getattr(lib.nn, name)(3, 4, 2)(lib.zeros(5, 0, 3)))])
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
 def test_recurrent_compiled_equals_eager(name):
     graphnn.manual_seed(0)
     module = getattr(nn, name)(3, 4, num_layers=2, bidirectional=True, batch_first=True)

@@ -8,6 +8,8 @@ input is normalised in float32 and rounded once into its dtype, as layer_norm's.
 """
 from __future__ import annotations
 
+import math
+
 from ...ir.errors import ShapeError
 from ...ir.ops.shape_rules import fmt_shape
 from .conv import require_tensor
@@ -39,7 +41,8 @@ def group_norm(input, num_groups, weight=None, bias=None, eps: float = 1e-5):
     docstring."""
     _check(input, num_groups, weight, bias)
     n, channels = input.shape[0], input.shape[1]
-    x = widened(input).reshape(n, num_groups, input.numel() // max(n * num_groups, 1))
+    per_group = channels // num_groups * math.prod(input.shape[2:])
+    x = widened(input).reshape(n, num_groups, per_group)
     centered = x - x.mean(2, keepdim=True)
     var = (centered * centered).mean(2, keepdim=True)
     out = (centered * (var + eps).rsqrt()).reshape(input.shape)
