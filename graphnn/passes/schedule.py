@@ -34,6 +34,8 @@ _BY_GROUP = {OpGroup.ELEMENTWISE: KernelKind.POINTWISE, OpGroup.REDUCTION: Kerne
 # ops whose group does not say their kernel kind (the registry has no such fact yet)
 _BY_OP = {"matmul_epilogue": KernelKind.GEMM, "conv2d_epilogue": KernelKind.CONVOLUTION,
           "scaled_dot_product_attention": KernelKind.ATTENTION,
+          "scaled_dot_product_attention_stats": KernelKind.ATTENTION,
+          "scaled_dot_product_attention_backward": KernelKind.ATTENTION,
           "max_pool2d_backward": KernelKind.SCATTER_GATHER}
 _UPDATE_MEMBERS = (KernelKind.POINTWISE, KernelKind.VIEW)
 

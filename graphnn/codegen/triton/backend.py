@@ -30,7 +30,7 @@ import numpy as np
 from graphnn.ir.schedule import KernelKind
 
 from . import kernels
-from .attention import attention_forward
+from .attention import attention
 from .device import interpreted
 from .conv import conv
 from .gemm import gemm
@@ -60,7 +60,7 @@ BACKEND_VERSION = _version()
 TEMPLATES = {KernelKind.POINTWISE: kernels.pointwise, KernelKind.REDUCTION: kernels.reduction,
              KernelKind.MULTI_UPDATE: multi_update,
              KernelKind.RANDOM: random, KernelKind.GEMM: gemm, KernelKind.CONVOLUTION: conv,
-             KernelKind.ATTENTION: attention_forward,
+             KernelKind.ATTENTION: attention,
              KernelKind.POOLING: max_pool2d, KernelKind.SCATTER_GATHER: scatter_gather}
 
 
