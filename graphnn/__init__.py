@@ -18,6 +18,7 @@ from .frontend.random import (Generator, default_generator, get_rng_state, initi
                               manual_seed, seed, set_rng_state)
 from .frontend.type_info import finfo, iinfo
 from .frontend.device import device
+from .frontend.dlpack import from_dlpack
 from .frontend.tensor import Size, Tensor
 from .frontend.nonzero import nonzero, where
 from .frontend.sampling import multinomial, randperm

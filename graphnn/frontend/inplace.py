@@ -87,6 +87,8 @@ def _unview(parent, child_value, info: ViewInfo):
     if info.op == "permute":
         inverse = tuple(int(i) for i in np.argsort(info.attrs["dims"]))
         return dispatch.apply1("permute", child_value, dims=inverse)
+    if info.op == "expand":  # written only without overlap: sizes kept or new size-1 dims
+        return dispatch.apply1("reshape", child_value, shape=tuple(parent.shape))
     raise UnsupportedError(f"in-place write through a {info.op} view is not supported")
 
 
@@ -100,18 +102,25 @@ def _check_writable(t, op_name: str, recording: bool) -> None:
         raise AutogradError(f"{op_name}: a view was created in no_grad mode and is being "
                             f"modified in-place with grad mode enabled; create the view with "
                             f"grad mode enabled or modify it under no_grad")
-    if not _writable(t):
-        raise UnsupportedError(f"{op_name}: this tensor is a broadcast (expanded) view and "
-                               f"cannot be written in place; clone() it first")
+    if not writable(t):
+        raise UnsupportedError(f"{op_name}: this tensor is a broadcast (expanded) view in "
+                               f"which more than one element refers to a single memory "
+                               f"location, so it cannot be written in place; clone() it first")
 
 
-def _writable(t) -> bool:
-    """Whether eager mode could write ``t``'s memory (not a broadcast view; device results
-    are never views, so a device tensor is always writable)."""
+def writable(t) -> bool:
+    """Whether eager mode could write ``t``'s memory: it is writable, or it is a view in which
+    no two elements share memory of a writable parent (as PyTorch allows: an expanded view
+    whose broadcast dimensions have size 1). Device results are never views, so a device
+    tensor is always writable."""
     if t._on_device:
         return True
     data = t._data if t._symbol is None else trace_state.layout(t)
-    return bool(data.flags.writeable)
+    if data.flags.writeable:
+        return True
+    if any(stride == 0 and size > 1 for size, stride in zip(data.shape, data.strides)):
+        return False
+    return t._view is not None and writable(t._view.parent)
 
 
 def run_inplace(t, op_name: str, compute, operands=()):
@@ -162,11 +171,16 @@ def _snapshot(t):
 
 
 def _store(t, result) -> None:
-    """Write ``result``'s values (same shape, dtype and device as ``t``) into ``t``'s memory."""
+    """Write ``result``'s values (same shape, dtype and device as ``t``) into ``t``'s memory;
+    a read-only view that ``writable`` admits is written through its nearest writable
+    parent (the parent's new value holds ``result`` where the view is)."""
     if t._on_device:
         t._data.copy_(result._data)
-    else:
-        np.copyto(t._data, result._data)
+        return
+    if not t._data.flags.writeable:
+        t, result = next((u, v) for u, v in _new_positions(t, result)
+                         if u._data.flags.writeable)
+    np.copyto(t._data, result._data)
 
 
 def overwrite(old, value):

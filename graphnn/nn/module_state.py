@@ -13,6 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..frontend.grad_mode import no_grad
+from ..frontend.inplace import writable
 from ..frontend.tensor import Tensor
 from ..ir.dtypes import as_dtype
 from ..ir.errors import GraphnnError, UnsupportedError
@@ -97,13 +98,16 @@ class _LoadPlan:
 
 
 def _checkpoint_tensor(key, value, plan):
-    """A state dict entry as a graphnn Tensor: Tensors as they are, NumPy arrays and torch
-    tensors (bfloat16 included, through ``from_torch``) copied; None after recording an
-    error for anything else or an array graphnn has no dtype for."""
+    """A state dict entry as a graphnn Tensor: Tensors as they are; NumPy arrays, torch
+    tensors (bfloat16 included, through ``from_torch``) and other arrays (read through
+    ``__dlpack__``, else ``__array__``: never through Python lists) copied; None after
+    recording an error for anything else or an array graphnn has no dtype for."""
     if isinstance(value, Tensor):
         return value
     if is_torch_tensor(value):
         value = from_torch(value)
+    elif not isinstance(value, (np.ndarray, np.generic)):
+        value = _foreign_array(value)
     if isinstance(value, (np.ndarray, np.generic)):
         try:
             from ..frontend.creation import tensor
@@ -115,6 +119,22 @@ def _checkpoint_tensor(key, value, plan):
     plan.errors.append(f'While copying the parameter named "{key}", expected graphnn.Tensor '
                        f'or Tensor-like object from checkpoint but received {type(value)}')
     return None
+
+
+def _foreign_array(value):
+    """``value`` as a NumPy array when it offers ``__dlpack__`` (memory shared) or
+    ``__array__``; returned unchanged when it offers neither or both fail."""
+    if hasattr(value, "__dlpack__"):
+        try:
+            return np.from_dlpack(value)
+        except (BufferError, RuntimeError, TypeError, ValueError):
+            pass  # a device or dtype NumPy's DLPack refuses: try __array__
+    if hasattr(value, "__array__"):
+        try:
+            return np.asarray(value)
+        except (RuntimeError, TypeError, ValueError):
+            pass
+    return value
 
 
 class StateMixin:
@@ -219,6 +239,14 @@ class StateMixin:
                                    f"{value.shape} from checkpoint, the shape in current model "
                                    f"is {current.shape}.")
                 continue
+            if not assign and not writable(current):
+                plan.errors.append(
+                    f'While copying the parameter named "{key}", whose dimensions in the model '
+                    f'are {current.shape} and whose dimensions in the checkpoint are '
+                    f"{value.shape}, an exception occurred : ('unsupported operation: more "
+                    f"than one element of the written-to tensor refers to a single memory "
+                    f"location. Please clone() the tensor before performing the operation.',).")
+                continue
             plan.writes.append((self, name, current, value))
         extra_key = prefix + _EXTRA_STATE_KEY
         if type(self).set_extra_state is not StateMixin.set_extra_state:
@@ -246,7 +274,8 @@ class StateMixin:
         """Copy (or, with ``assign``, adopt) every entry; returns (missing, unexpected) keys.
 
         With ``strict`` a missing or unexpected key is an error; a shape mismatch always is.
-        Values may be graphnn tensors or NumPy arrays. On error nothing has been changed.
+        Values may be graphnn tensors, NumPy arrays, torch tensors, or anything with
+        ``__dlpack__`` or ``__array__``. On error nothing has been changed.
         """
         if not isinstance(state_dict, Mapping):
             raise StateTypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
