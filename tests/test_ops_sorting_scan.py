@@ -306,3 +306,26 @@ def test_sin_cos_are_triton_kernels_that_compile_ahead_of_time(tmp_path):
         path.write_text(source)
         paths.append(str(path))
     assert compile_ahead_of_time(paths, tmp_path) == 3
+
+
+@INTERPRETER_WARNINGS
+def test_on_the_cuda_device_values_and_gradients_match_torch():
+    """Eager ops on cuda tensors (Triton kernels, the sort and the scans on the host) keep
+    results and gradients on the device, with PyTorch's values."""
+    x = RNG.standard_normal((3, 5))
+
+    def program(m, x, device):
+        counts = m.tensor([1, 0, 2], device=device)
+        return (x.sort(1).values.sum() + x.topk(2).values.sum() + x.cumsum(1).sum()
+                + x.cumprod(0).sum() + (x.flip(1) * x.roll(1, 0)).sum()
+                + x.repeat_interleave(counts, dim=0).sum() + (x.sin() * x.cos()).sum()
+                + m.einsum("ij,kj->ik", x, x).sum())
+    ours = graphnn.tensor(x, device="cuda", requires_grad=True)
+    theirs = torch.tensor(x, requires_grad=True)
+    total, expected = program(graphnn, ours, "cuda"), program(torch, theirs, "cpu")
+    total.backward()
+    expected.backward()
+    assert str(total.device) == str(ours.grad.device) == "cuda:0"
+    np.testing.assert_allclose(total.item(), expected.item(), rtol=1e-12)
+    np.testing.assert_allclose(ours.grad.cpu().numpy(), theirs.grad.numpy(), rtol=1e-12,
+                               atol=1e-12)
