@@ -19,19 +19,23 @@ would lose that.
 
 Fully masked rows: while every key of a row is hidden its maximum is -inf and the exponentials
 are taken against 0, so such a row ends with ``l == 0`` (any key that is not hidden adds at
-least exp(0) = 1, and a NaN score makes ``l`` NaN). The result is ``acc / l``: with
-``safe_softmax`` a row with ``l == 0`` gives zeros, without it 0/0 = NaN, as the reference's
-plain softmax; with no keys at all (S = 0) the reference gives zeros either way. (A row with
-``l == 0`` keeps ``acc``: its zero probabilities times v, 0, or NaN where v holds NaN or inf,
-as the reference's product.) NaN and inf
-scores reach ``acc`` and ``l`` through ``exp`` as they reach the reference's softmax.
+least exp(0) = 1, and a NaN score makes ``l`` NaN). The result is ``acc / l``, except where
+``l == 0``: with ``safe_softmax`` (or no keys at all, S = 0) such a row keeps ``acc``, its zero
+probabilities times v (0, or NaN where v holds NaN or inf, as the reference's product), and
+without it gives NaN, as the reference's plain softmax. NaN and inf scores reach ``acc`` and
+``l`` through ``exp`` as they reach the reference's softmax.
 
 Accumulation is float32 (float64 for float64: ``tl.dot`` in float64, which compiles for sm80
-and sm90); float32 products use ``input_precision="ieee"``. The GPU form keeps 16-bit q, k
-and v 16-bit for ``tl.dot`` and rounds the probabilities to v's dtype for ``p @ v`` (tensor
-cores), the interpreter form upcasts them after the load. Head dims are padded to a power of
-two (at least 16, ``tl.dot``'s least) with masked loads. Dropout raises ``Unlowered``: the node
-then runs its registry implementation on the host.
+and sm90); float32 products take ``gemm.dot_precision`` (exact, or TF32 under
+``set_float32_matmul_precision("high")``). The GPU form keeps 16-bit q, k and v 16-bit for
+``tl.dot`` and rounds the probabilities to v's dtype for ``p @ v`` (tensor cores); the
+interpreter form upcasts them after the load. Head dims are padded to a power of two (at least
+16, ``tl.dot``'s least) with masked loads. Dropout raises ``Unlowered``: the node then runs its
+registry implementation on the host (with random numbers in kernels, the keep mask would be
+``tl.rand(seed, flat index in the scores' shape) >= p``, as the reference draws it).
+
+``attention`` is the template of ``KernelKind.ATTENTION``: it dispatches the forward here and
+the backward's two ops (``attention_backward.py``), which build on the pieces below.
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ import math
 from graphnn.ir.ops.attention import NAME
 from graphnn.ir.ops.attention_backward import BACKWARD, STATS
 
+from .gemm import dot_precision
 from .kernels import Blocks, KernelBody, Launch, aligned_strides, launch_of, next_pow2
 from .ops import ROUNDED, Unlowered, compute, number
 
@@ -115,7 +120,7 @@ class Operands:
         keys hidden (outside ``inside``, by the bool mask, by causality) at -inf, then the
         float mask added; returns the variable. Hidden keys are also ``keep`` (when any)."""
         body, node = self.body, self.node
-        precision = ieee(self.node.inputs[0])
+        precision = dot_precision(acc_type)
         scale = number(node.attrs["scale"])
         body.emit(f"s = tl.dot({q}, {kt}, out_dtype={acc_type}{precision}) * {scale}")
         keep = [inside]
@@ -145,12 +150,6 @@ def dot_operand(body: KernelBody, var: str, like) -> str:
     ``like``'s dtype: rounded to 16 bits in the GPU form (tensor cores), else itself."""
     held = ROUNDED.get(like.type.dtype.name)
     return f"{var}.to({held})" if held and not body.interpreter_form else var
-
-
-def ieee(operand) -> str:
-    """The ``tl.dot`` argument keeping float32 products exact (no TF32) for float32
-    operands; nothing for others (16-bit and float64 products are exact already)."""
-    return ', input_precision="ieee"' if operand.type.dtype.name == "float32" else ""
 
 
 def head_block(size: int) -> int:
@@ -247,7 +246,7 @@ def forward(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     vb = ops.load(v, "cols[:, None]", "dv[None, :]", "cmask[:, None] & emask[None, :]",
                   grouped=True)
     body.emit(f"acc = acc * alpha[:, None] + tl.dot({dot_operand(body, 'p', v)}, {vb}, "
-              f"out_dtype={acc_type}{ieee(v)})")
+              f"out_dtype={acc_type}{dot_precision(acc_type)})")
     body.emit("m_i = m_new")
     body.indent -= 1
     safe = node.attrs["safe_softmax"] or ops.s == 0

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import math
 
-from .attention import (NINF, Operands, block_sizes, check, dot_operand, head_ranges, ieee,
+from .attention import (NINF, Operands, block_sizes, check, dot_operand, head_ranges,
                         key_loop, online_softmax_init, online_softmax_step, query_program)
+from .gemm import dot_precision
 from .kernels import Blocks, KernelBody, Launch, launch_of
 from .ops import Unlowered
 
@@ -69,7 +70,7 @@ def stats(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     online_softmax_step(body, key_loop(ops, qb, acc_type))
     vt = ops.load(v, "cols[None, :]", "dv[:, None]", "emask[:, None] & cmask[None, :]",
                   grouped=True)
-    body.emit(f"dp = tl.dot({gb}, {vt}, out_dtype={acc_type}{ieee(v)})")
+    body.emit(f"dp = tl.dot({gb}, {vt}, out_dtype={acc_type}{dot_precision(acc_type)})")
     body.emit("c_i = c_i * alpha + tl.sum(p * dp, 1)")
     body.emit("m_i = m_new")
     body.indent -= 1
@@ -127,11 +128,11 @@ class _Backward:
             body.emit(f"p = tl.where(({lse} == {NINF})[:, None], 0.0, p)")
         vt = self.ops.load(self.v, "cols[None, :]", "dv[:, None]",
                            "emask[:, None] & cmask[None, :]", grouped=True)
-        body.emit(f"dp = tl.dot({gb}, {vt}, out_dtype={self.acc}{ieee(self.v)})")
+        body.emit(f"dp = {self.dot(gb, vt)}")
         body.emit(f"ds = tl.where(keep, p * (dp - {delta}[:, None]), 0.0)")
 
-    def dot(self, a: str, b: str, like) -> str:
-        return f"tl.dot({a}, {b}, out_dtype={self.acc}{ieee(like)})"
+    def dot(self, a: str, b: str) -> str:
+        return f"tl.dot({a}, {b}, out_dtype={self.acc}{dot_precision(self.acc)})"
 
     def key_program(self, sizes: dict, dk, dv) -> None:
         """Emit the programs over key blocks (dk and dv)."""
@@ -166,8 +167,8 @@ class _Backward:
                             "rmask[:, None] & cmask[None, :]")
         self.score_gradient(scores, gb, lse, delta)
         p, ds = dot_operand(body, "p", self.g), dot_operand(body, "ds", self.q)
-        body.emit(f"dv_acc += {self.dot(f'tl.trans({p})', gb, self.g)}")
-        body.emit(f"dk_acc += {self.dot(f'tl.trans({ds})', qb, self.q)}")
+        body.emit(f"dv_acc += {self.dot(f'tl.trans({p})', gb)}")
+        body.emit(f"dk_acc += {self.dot(f'tl.trans({ds})', qb)}")
         body.indent -= 2 if ops.groups > 1 else 1
         scale = node.attrs["scale"]
         for value, acc, cols, mask in ((dk, f"dk_acc * {scale!r}", "dq", "dmask"),
@@ -188,7 +189,7 @@ class _Backward:
         self.score_gradient(key_loop(ops, qb, self.acc), gb, lse, delta)
         kb = ops.load(self.k, "cols[:, None]", "dq[None, :]", "cmask[:, None] & dmask[None, :]",
                       grouped=True)
-        body.emit(f"dq_acc += {self.dot(dot_operand(body, 'ds', self.k), kb, self.k)}")
+        body.emit(f"dq_acc += {self.dot(dot_operand(body, 'ds', self.k), kb)}")
         body.indent -= 1
         body.store(_pointer(self.unit, dq), ops.offset(dq, "rows[:, None]", "dq[None, :]"),
                    body.tmp(f"dq_acc * {self.node.attrs['scale']!r}"),

@@ -15,10 +15,16 @@ it the softmax is the plain one and such a row gives NaN, as a hand-written
 ``rand(scores shape, seed) >= p`` exactly as the frontend's dropout does, so a fused graph
 reproduces the unfused one.
 
-The gradient rule recomputes the probabilities from q, k and the mask (as flash attention's
-backward does) and is written in registry ops only. The decomposition is the reference's
-computation in registry ops (heads repeated by reshape/expand, matmuls, where, softmax; dropout
-draws the same keep mask with the ``rand`` op and the same seed), float16 and bfloat16 through float32.
+The gradient rule emits two fused ops (``attention_backward.py``): the rows' statistics
+(log-sum-exp of the masked scores, rowsum(dP ⊙ P)) and the backward reading them, which a
+flash kernel lowers as such; their decompositions (``row_statistics``, ``gradients``: the
+probabilities recomputed from q, k and the mask, as flash attention's backward does) are
+registry ops, so a backend that decomposes them computes what the rule always computed. A float
+mask's gradient (the scores' gradient, a T x S matrix) is written in registry ops directly. The
+op's decomposition is the reference's computation in registry ops (heads repeated by
+reshape/expand, matmuls, where, softmax; dropout draws the same keep mask with the ``rand`` op
+and the same seed), float16 and bfloat16 through float32. The Triton backend lowers all three
+ops as flash-attention kernels (``graphnn/codegen/triton/attention.py``).
 """
 from __future__ import annotations
 
