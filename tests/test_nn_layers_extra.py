@@ -16,8 +16,10 @@ import graphnn.nn as nn
 from graphnn.compiler import CompileWarning
 from graphnn.nn.functional.conv_transpose import conv_transpose2d
 from module_oracle import same_as_torch
+from test_device_tensors import kernel_cache  # noqa: F401  (fixture)
 from test_nn_linear_activation import (check_against_torch, randn,  # noqa: F401
                                        single_threaded_torch)
+from triton_helpers import INTERPRETER_WARNINGS
 
 
 def _both(name, *args, **kwargs):
@@ -339,3 +341,30 @@ def test_empty_inputs_keep_torch_shapes(name, args, shape):
 def test_layer_compiled_equals_eager(make, shape):
     graphnn.manual_seed(0)
     check_compiled(make().eval(), randn(*shape).astype(np.float32))
+
+
+@INTERPRETER_WARNINGS
+@pytest.mark.parametrize("make,shape", [
+    (lambda: nn.GroupNorm(2, 4), (2, 4, 3)), (lambda: nn.BatchNorm1d(4), (3, 4, 5)),
+    (lambda: nn.Conv1d(4, 3, 3, padding="same"), (2, 4, 5)),
+    (lambda: nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1), (1, 4, 3, 3)),
+    (lambda: nn.MaxPool1d(3, 2, 1), (2, 4, 9)), (lambda: nn.AvgPool1d(3, 2, 1), (2, 4, 9)),
+    (lambda: nn.Upsample(scale_factor=1.5), (1, 2, 3, 3)), (lambda: nn.LSTM(3, 4), (2, 2, 3)),
+    (lambda: nn.GRU(3, 4), (2, 2, 3))],
+    ids=["GroupNorm", "BatchNorm1d", "Conv1d", "ConvTranspose2d", "MaxPool1d", "AvgPool1d",
+         "Upsample", "LSTM", "GRU"])
+def test_layer_on_cuda_equals_the_cpu(make, shape):
+    """Constants the layers make (Upsample's indices, initial states, pool counts) are made on
+    the input's device; cuda runs under Triton's interpreter here."""
+    module = make()
+    x = randn(*shape).astype(np.float32)
+    results = []
+    for device in ("cpu", "cuda"):
+        module.to(device)
+        xs = graphnn.tensor(x, device=device, requires_grad=True)
+        out = module(xs)
+        out = out[0] if isinstance(out, tuple) else out
+        out.sum().backward()
+        results.append((out.detach().cpu().numpy(), xs.grad.cpu().numpy()))
+    for ours, reference in zip(results[1], results[0]):
+        np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-6)
