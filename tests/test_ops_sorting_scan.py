@@ -174,6 +174,8 @@ def test_repeat_interleave():
         t.repeat_interleave(graphnn.tensor([1, 2]), dim=0)
     with pytest.raises(RuntimeError, match="can not be negative"):
         t.repeat_interleave(graphnn.tensor([1, -1, 1]), dim=0)
+    with pytest.raises(RuntimeError, match="integer tensor"):
+        t.repeat_interleave(graphnn.tensor([1.0, 2.0, 1.0]), dim=0)
     with pytest.raises(RuntimeError, match="output_size"):
         t.repeat_interleave(2, dim=0, output_size=5)
 

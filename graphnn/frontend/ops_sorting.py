@@ -131,10 +131,11 @@ class TensorSortingMixin:
             x = x.reshape(1)
         size = x.shape[d]
         if is_tensor(repeats):
-            counts = np.asarray(readable_data(repeats, "repeat_interleave(repeats=tensor)"))
-            if counts.dtype.kind not in "iu":
+            if repeats.dtype.category != 1:
                 raise DTypeError(f"repeat_interleave: repeats must be an integer tensor, got "
                                  f"{repeats.dtype.name}")
+            counts = np.asarray(repeats.tolist() if repeats._on_device else  # downloaded
+                                readable_data(repeats, "repeat_interleave(repeats=tensor)"))
             if counts.ndim > 1 or counts.size not in (1, size):
                 raise ShapeError(f"repeat_interleave: repeats must have the same size as input "
                                  f"along dim, but got repeats.size(0) = {counts.size} and "
