@@ -59,7 +59,7 @@ class ConvTranspose2d(Module):
         if len(output_size) == input.ndim:
             output_size = output_size[-2:]
         if len(output_size) != 2:
-            raise ValueError(f"ConvTranspose2D: for {input.ndim}D input, output_size must have "
+            raise ShapeError(f"ConvTranspose2D: for {input.ndim}D input, output_size must have "
                              f"2 or {input.ndim} elements (got {len(output_size)})")
         spatial = tuple(input.shape[-2:])
         smallest = [transposed_output_size(size, k, s, p, 0, d) for size, k, s, p, d in

@@ -56,7 +56,7 @@ def upsample_nearest(input, size=None, scale_factor=None, exact=False,
         raise UnsupportedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got "
                                f"{input.ndim}D) for the modes: nearest | nearest-exact")
     if (size is None) == (scale_factor is None):
-        raise ValueError("only one of size or scale_factor should be defined" if size is not None
+        raise ShapeError("only one of size or scale_factor should be defined" if size is not None
                          else "either size or scale_factor should be defined")
     dims = input.ndim - 2
     in_sizes = input.shape[2:]
