@@ -55,6 +55,15 @@ def test_export_shares_memory_with_numpy_and_torch():
     np.testing.assert_array_equal(np.from_dlpack(Exported(view)), view.numpy())
 
 
+def test_a_device_tensor_hands_over_its_torch_capsule():
+    assert graphnn.cuda.is_available()  # conftest sets TRITON_INTERPRET=1 (Triton's interpreter)
+    t = graphnn.arange(6.0, device="cuda")
+    theirs = torch.from_dlpack(Exported(t))
+    assert TensorDLPackMixin.__dlpack_device__(t) == t._data.__dlpack_device__()
+    assert theirs.data_ptr() == t._data.data_ptr()
+    assert theirs.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
 def test_export_refusals():
     with pytest.raises(AutogradError, match="Can't export tensors that require gradient"):
         np.from_dlpack(Exported(graphnn.ones(2, requires_grad=True)))
