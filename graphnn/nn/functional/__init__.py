@@ -12,3 +12,8 @@ from .loss import *  # noqa: F401,F403
 from .normalization import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .sparse import *  # noqa: F401,F403
+from .activation_extra import *  # noqa: F401,F403
+from .losses_extra import *  # noqa: F401,F403
+from .encoding import *  # noqa: F401,F403
+from .padding import *  # noqa: F401,F403
+from .interpolation import *  # noqa: F401,F403

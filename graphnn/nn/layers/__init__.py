@@ -20,3 +20,5 @@ from .conv_transpose import *  # noqa: F401,F403
 from .pool1d import *  # noqa: F401,F403
 from .upsample import *  # noqa: F401,F403
 from .recurrent import *  # noqa: F401,F403
+from .activation_extra import *  # noqa: F401,F403
+from .loss_extra import *  # noqa: F401,F403
