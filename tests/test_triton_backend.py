@@ -25,7 +25,7 @@ from op_db import OP_DB
 from test_op_forward import assert_close_to, reference
 
 from conformance import compiled_only
-from triton_helpers import INTERPRETER_WARNINGS, small_backend
+from triton_helpers import INTERPRETER_WARNINGS, compile_ahead_of_time, small_backend
 
 import graphnn
 import graphnn.nn.functional as F
@@ -51,7 +51,6 @@ ON_HOST = {
     "pow": "a template only for float powers by a known 1, 2, 3, 0.5, -1 or -0.5",
     "floor_divide": "no template (NumPy's floored division)",
     "remainder": "no template (NumPy's floored remainder)",
-    "gather": "indexing has no template (max and min with indices decompose into it)",
 }
 
 
@@ -402,35 +401,6 @@ def _stages():
 
 # Run in a fresh process: once triton is imported under TRITON_INTERPRET=1 its own library
 # functions (tl.sum...) are interpreter functions, which the compiler cannot compile.
-_AOT_SCRIPT = """
-import importlib.util, re, sys
-from triton import compile
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-seen, count = set(), 0
-for path in sys.argv[1:]:
-    spec = importlib.util.spec_from_file_location("aot_" + path.split("/")[-1][:-3], path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for name, (signature, constexprs) in module.SIGNATURES.items():
-        fn = getattr(module, name)
-        # kernels differing only in sizes, strides, comments and the width of signed
-        # integers below 64 bits compile alike: one of each
-        code = re.sub(r"#.*", "", fn.src.split("\\n", 1)[1])
-        types = tuple(re.sub(r"i(8|16|32)$", "i", t) for t in signature.values())
-        key = (re.sub(r"(int|i)(8|16|32)|\\d+", "N", code), types)
-        if key in seen:
-            continue
-        seen.add(key)
-        for arch in (80, 90) if "sm90" in path else (80,):
-            ptx = compile(ASTSource(fn, signature, constexprs),
-                          target=GPUTarget("cuda", arch, 32)).asm["ptx"]
-            assert f".target sm_{arch}" in ptx, (path, name, arch)
-        count += 1
-print(count)
-"""
-
-
 def test_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
     """The GPU form of every kernel generated for the graphs above (default and small blocks)
     compiles to PTX without a GPU, for sm80, and the block's, the reductions' and the GEMMs'
@@ -447,12 +417,6 @@ def test_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
             path.write_text(f"# {label!r}\n" + generate(stage.schedule, stage.plan, blocks=blocks,
                                                         interpreter_form=False))
             paths.append(str(path))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_CACHE_DIR=str(tmp_path / "cache"),
-               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run([sys.executable, "-c", _AOT_SCRIPT, *paths], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    count = int(done.stdout.split()[-1])  # distinct kernels compiled
+    count = compile_ahead_of_time(paths, tmp_path)
     print(f"{count} kernels from {len(paths)} modules")
     assert count > 50

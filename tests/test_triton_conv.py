@@ -4,9 +4,6 @@ backend, with small blocks (several programs, K loops) and default blocks; the z
 convolution on the host; and the kernels' GPU form compiled ahead of time for sm80 and sm90."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,9 +13,9 @@ from compile_helpers import isolated_cache  # noqa: F401  (autouse: a kernel cac
 from test_compile_models import _loss
 from test_compile_step import assert_same_value
 from test_model_zoo_compiler import SmallCNN
-from test_triton_backend import (_AOT_SCRIPT, ACTIVATIONS, _compile_op, _host_ops, _run,
+from test_triton_backend import (ACTIVATIONS, _compile_op, _host_ops, _run,
                                  _sources)
-from triton_helpers import INTERPRETER_WARNINGS, SMALL
+from triton_helpers import INTERPRETER_WARNINGS, SMALL, compile_ahead_of_time
 
 import graphnn
 from graphnn.codegen.triton import BACKEND
@@ -233,12 +230,6 @@ def test_conv_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
         path = tmp_path / f"m{k}_sm90.py"
         path.write_text(f"# {label!r}\n" + source)
         paths.append(str(path))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_CACHE_DIR=str(tmp_path / "cache"),
-               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run([sys.executable, "-c", _AOT_SCRIPT, *paths], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    count = int(done.stdout.split()[-1])  # distinct kernels compiled
+    count = compile_ahead_of_time(paths, tmp_path)
     print(f"{count} kernels from {len(paths)} modules")
     assert count >= 3 * len(DTYPES)

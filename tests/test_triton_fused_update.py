@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 from compile_helpers import isolated_cache  # noqa: F401  (autouse: a kernel cache per test)
 from conformance import compiled_only
-from triton_helpers import INTERPRETER_WARNINGS, SMALL
-from test_triton_backend import _AOT_SCRIPT
+from triton_helpers import INTERPRETER_WARNINGS, SMALL, compile_ahead_of_time
 
 import graphnn
 from graphnn import nn
@@ -187,10 +183,5 @@ def test_the_fused_update_compiles_ahead_of_time_for_sm80_and_sm90(tmp_path):
             path.write_text(source + "SIGNATURES = {k: v for k, v in SIGNATURES.items() "
                             "if '_update' in k}\n")
             paths.append(str(path))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_CACHE_DIR=str(tmp_path / "cache"),
-               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run([sys.executable, "-c", _AOT_SCRIPT, *paths], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert int(done.stdout.split()[-1]) >= 4
+    count = compile_ahead_of_time(paths, tmp_path)
+    assert count >= 4

@@ -11,7 +11,6 @@ bfloat16 cannot be checked by the interpreter.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -21,8 +20,8 @@ import torch.nn.functional as TF
 from compile_helpers import isolated_cache  # noqa: F401  (autouse: a kernel cache per test)
 from op_db import OP_DB
 from test_op_forward import assert_close_to, reference
-from test_triton_backend import _AOT_SCRIPT, _host_ops, _op, _run, _sources
-from triton_helpers import INTERPRETER_WARNINGS, SMALL
+from test_triton_backend import _host_ops, _op, _run, _sources
+from triton_helpers import INTERPRETER_WARNINGS, SMALL, compile_ahead_of_time
 
 import graphnn
 from graphnn.codegen.triton import BACKEND
@@ -255,10 +254,5 @@ def test_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
             path = tmp_path / f"m{k}_{blocks.pointwise}{'_sm90' if sm90 else ''}.py"
             path.write_text(f"# {label!r}\n" + source)
             paths.append(str(path))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_CACHE_DIR=str(tmp_path / "cache"),
-               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run([sys.executable, "-c", _AOT_SCRIPT, *paths], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert int(done.stdout.split()[-1]) >= 10  # distinct kernels compiled
+    count = compile_ahead_of_time(paths, tmp_path)
+    assert count >= 10  # distinct kernels compiled

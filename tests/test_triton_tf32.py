@@ -69,6 +69,23 @@ def test_float32_dots_follow_the_precision(precision, text):
         assert source.count("input_precision=") == source.count("tl.dot(")
 
 
+def test_eager_matmuls_on_cuda_follow_the_precision():
+    """An eager matmul on cuda runs the kernel of the current precision: one per setting, its
+    values exact under the interpreter either way."""
+    from graphnn.compiler.device_runner import RUNTIME
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((5, 7)).astype(np.float32), rng.standard_normal((7, 3)).astype(
+        np.float32)
+    expected = (torch.from_numpy(a).double() @ torch.from_numpy(b).double()).numpy()
+    for precision, text in (("high", "tf32"), ("highest", "ieee"), ("medium", "tf32")):
+        graphnn.set_float32_matmul_precision(precision)
+        out = graphnn.tensor(a, device="cuda") @ graphnn.tensor(b, device="cuda")
+        np.testing.assert_allclose(out.cpu().numpy(), expected, rtol=1e-5, atol=1e-5)
+        sources = [artifact.source for key, artifact in RUNTIME._artifacts.items()
+                   if key[0] == precision and "tl.dot(" in artifact.source]
+        assert sources and all(f'input_precision="{text}"' in src for src in sources)
+
+
 def test_64_bit_dots_name_no_precision():
     assert "input_precision" not in _source("high", np.float64)
     assert dot_precision("tl.float64") == ""

@@ -30,7 +30,9 @@ import numpy as np
 
 from ..codegen.triton import BACKEND
 from ..codegen.triton.device import DEVICE, interpreted
+from ..codegen.triton.gemm import with_float32_matmul_precision
 from ..frontend.device import device, register_device_runner
+from ..frontend.matmul_precision import get_float32_matmul_precision
 from ..ir.errors import UnsupportedError
 from ..ir.graph import Graph, flatten_structure, map_structure
 from ..ir.registry import get_op
@@ -99,15 +101,20 @@ class TritonRuntime:
         return self.run(get_op(op_name), [seed_array], {**attrs, "seed": None}, [out_type])[0]
 
     def _artifact(self, op, types, attrs, out_types) -> CompiledArtifact:
+        """The op's kernel for these types and attributes under the current float32 matmul
+        precision (TF32 dots unless it is "highest", as compiled code)."""
+        precision = get_float32_matmul_precision()
         key = _fast_key(op, types, attrs)
+        key = (precision, key) if key is not None else None
         artifact = self._artifacts.get(key) if key is not None else None
         if artifact is None:
             graph = _one_op_graph(op, types, attrs, out_types)
-            key = key if key is not None else str(graph)
+            key = key if key is not None else (precision, str(graph))
             artifact = self._artifacts.get(key)
         if artifact is None:
-            stage = stages.build(graph, "inference", BACKEND).stages["inference"]
-            artifact = CompiledArtifact(stage.graph, BACKEND, plan=stage.plan, options="eager",
+            backend = with_float32_matmul_precision(BACKEND, precision)
+            stage = stages.build(graph, "inference", backend).stages["inference"]
+            artifact = CompiledArtifact(stage.graph, backend, plan=stage.plan, options="eager",
                                         name=graph.name, schedule=stage.schedule)
             with self._lock:
                 if len(self._artifacts) >= _KEPT:

@@ -4,6 +4,10 @@ moments and parameter; and single view and other nodes), whose pointwise groups 
 again into one multi-update unit per launch (``multi_update.batches``: one for a whole
 optimizer step).
 
+A multi-update kernel's pointwise groups that compute only 0-d values (hyper-parameter
+arithmetic) are recomputed inside the groups that read them (``_inline_scalars``), so that one
+launch updates every parameter.
+
 A ``Unit`` has the fields of a scheduled kernel (kind, nodes, reads, writes, space), its reads
 and writes recomputed when a kernel is split, so that each unit reads what the units before it
 wrote and writes what a later unit or the graph's outputs read; a fused multi-update unit
@@ -98,22 +102,58 @@ def _fused(name, groups) -> Unit:
                 writes, (sum(math.prod(g.space) for g in groups),), scopes, list(groups))
 
 
+def _is_scalar_group(group) -> bool:
+    return _node_kind(group[0]) is KernelKind.POINTWISE and \
+        all(v.type.ndim == 0 for n in group for v in n.outputs)
+
+
+def _inline_scalars(groups, returned) -> list:
+    """``groups`` (a multi-update kernel's, in an execution order) with the pointwise groups
+    that compute only 0-d values (a step's hyper-parameter arithmetic: ``1 - dampening``,
+    ``-lr``) recomputed at the head of every pointwise group that reads them, so that the
+    parameters' updates do not wait for a launch of scalars. A scalar group stays a group of
+    its own (read, not recomputed) where a graph output or a group that is not pointwise reads
+    it."""
+    position = {id(n): i for i, g in enumerate(groups) for n in g}
+    producer = {v.name: gi for gi, g in enumerate(groups) for n in g for v in n.outputs}
+    scalar = {gi for gi, g in enumerate(groups) if _is_scalar_group(g)}
+    kept = {gi for gi in scalar if any(v.name in returned for n in groups[gi] for v in n.outputs)}
+    kept |= {producer[v.name] for g in groups if _node_kind(g[0]) is not KernelKind.POINTWISE
+             for n in g for v in n.inputs if producer.get(v.name) in scalar}
+    inlined = scalar - kept
+    out = []
+    for gi, group in enumerate(groups):
+        if gi in inlined:
+            continue
+        needed, todo = set(), [group]
+        while todo:
+            for n in todo.pop():
+                for v in n.inputs:
+                    source = producer.get(v.name)
+                    if source in inlined and source not in needed:
+                        needed.add(source)
+                        todo.append(groups[source])
+        copies = sorted((n for source in needed for n in groups[source]),
+                        key=lambda n: position[id(n)])
+        out.append(copies + list(group))
+    return out
+
+
 def units(schedule) -> list:
     """The units of ``schedule`` in execution order (see the module docstring)."""
+    returned = {v.name for v in schedule.graph.output_values()}
     parts = []  # (name, kind, nodes, kernel or None, multi-update kernel name or None)
     for k in schedule.kernels:
         if k.kind is KernelKind.MULTI_UPDATE:
-            parts += [(f"{k.name}_{j}", _node_kind(g[0]), g, None, k.name)
-                      for j, g in enumerate(_update_groups(k.nodes))]
+            groups = _inline_scalars(_update_groups(k.nodes), returned)
+            parts += [(f"{k.name}_{j}", _node_kind(g[-1]), g, None, k.name)
+                      for j, g in enumerate(groups)]
         else:
             parts.append((k.name, k.kind, list(k.nodes), k, None))
-    returned = {v.name for v in schedule.graph.output_values()}
-    owner = {v.name: i for i, (_, _, nodes, _, _) in enumerate(parts) for n in nodes
-             for v in n.outputs}
-    read_elsewhere = set()
-    for i, (_, _, nodes, _, _) in enumerate(parts):
-        for n in nodes:
-            read_elsewhere.update(v.name for v in n.inputs if owner.get(v.name, i) != i)
+    read_elsewhere = set()  # values a part reads that it does not compute itself
+    for _, _, nodes, _, _ in parts:
+        inside = {v.name for n in nodes for v in n.outputs}
+        read_elsewhere.update(v.name for n in nodes for v in n.inputs if v.name not in inside)
     out, updates = [], {}  # multi-update kernel name -> its groups' units
     for name, kind, nodes, kernel, update in parts:
         if kernel is not None:
