@@ -27,7 +27,7 @@ def _fail(message: str):
 
 def _parse(equation: str, operands) -> tuple:
     """(labels per operand, output labels): strings over letters plus one private character
-    per ellipsis dim (``chr(0x100 + i)``, sorting before nothing the user can write)."""
+    per ellipsis dim (``chr(0x100 + i)``, which no equation can contain)."""
     equation = equation.replace(" ", "")
     lhs, arrow, rhs = equation.partition("->")
     terms = lhs.split(",")
@@ -135,14 +135,14 @@ def einsum(equation: str, *operands):
     if not operands:
         _fail("must provide at least one operand")
     labels, out = _parse(equation, operands)
+    items = [_diagonals(x, term) for x, term in zip(operands, labels)]
     sizes: dict = {}
-    for x, term in zip(operands, labels):
+    for x, term in items:
         for c, n in zip(term, x.shape):
             if sizes.get(c, 1) != 1 and n not in (1, sizes[c]):
                 _fail(f"operands do not broadcast: subscript {c} has size {n} for one operand "
                       f"and {sizes[c]} for another")
             sizes[c] = n if sizes.get(c, 1) == 1 else sizes[c]
-    items = [_diagonals(x, term) for x, term in zip(operands, labels)]
     for k, (x, term) in enumerate(items):  # labels nothing else reads are summed at once
         elsewhere = set(out).union(*(t for j, (_, t) in enumerate(items) if j != k))
         items[k] = _sum_labels(x, term, set(term) - elsewhere)
