@@ -305,29 +305,35 @@ AOT_CASES = [
     (F16, (2, 4, 20, 80), (2, 2, 37, 80), 96, {"kv_groups": 2, "causal": True}, "float"),
     (F32, (2, 2, 20, 64), (2, 2, 37, 64), 64, {}, "bool"),
     (F64, (1, 2, 20, 32), (1, 2, 37, 32), 32, {"causal": True, "safe_softmax": False}, None),
+    ("bfloat16", (1, 2, 20, 128), (1, 2, 37, 128), 128, {"causal": True}, None),
 ]
 
 
 def _aot_graphs(dtype, q_shape, k_shape, dv, attrs, mask):
-    """The forward, stats and backward graphs of one case (zeros: only types matter)."""
-    arrays = [np.zeros(q_shape, dtype), np.zeros(k_shape, dtype),
-              np.zeros(k_shape[:-1] + (dv,), dtype)]
+    """The forward, stats and backward graphs of one case (zeros: only types matter;
+    ``dtype`` "bfloat16": float32 zeros cast to it)."""
+    wide = F32 if dtype == "bfloat16" else dtype
+    arrays = [np.zeros(q_shape, wide), np.zeros(k_shape, wide),
+              np.zeros(k_shape[:-1] + (dv,), wide)]
     if mask is not None:
-        arrays.append(np.zeros(q_shape[:-1] + (k_shape[-2],), bool if mask == "bool" else dtype))
+        arrays.append(np.zeros(q_shape[:-1] + (k_shape[-2],), bool if mask == "bool" else wide))
     attrs = {"scale": 0.125, **attrs, "has_mask": mask is not None}
-    g = np.zeros(q_shape[:-1] + (dv,), dtype)
+    g = np.zeros(q_shape[:-1] + (dv,), wide)
     rows = np.zeros(q_shape[:-1], F64 if dtype is F64 else F32)
     for name, inputs in ((NAME, arrays), (STATS, arrays + [g]),
                          (BACKWARD, arrays + [g, rows, rows])):
-        yield graphnn.trace(lambda *xs, name=name: apply_op(name, list(xs), attrs),
-                            *[graphnn.tensor(a) for a in inputs])
+        tensors = [graphnn.tensor(a) for a in inputs]
+        if dtype == "bfloat16":
+            tensors = [t.to(graphnn.bfloat16) if i < len(inputs) - 2 or name != BACKWARD else t
+                       for i, t in enumerate(tensors)]
+        yield graphnn.trace(lambda *xs, name=name: apply_op(name, list(xs), attrs), *tensors)
 
 
 def test_attention_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
     """The GPU form (16-bit tl.dot operands, float64 tl.dot) of the forward, stats and backward
-    kernels with GQA, causality, bool and float masks, in float16, float32 and float64, with
-    default and small blocks, compiles to PTX for sm80 without a GPU, and the float16 ones for
-    sm90 too (kernels differing only in sizes compile once)."""
+    kernels with GQA, causality, bool and float masks, in float16, bfloat16, float32 and
+    float64, with default and small blocks, compiles to PTX for sm80 without a GPU, and the
+    bfloat16 ones for sm90 too (kernels differing only in sizes compile once)."""
     paths = []
     for k, case in enumerate(AOT_CASES):
         for j, graph in enumerate(_aot_graphs(*case)):
@@ -336,8 +342,8 @@ def test_attention_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
                 source = generate(stage.schedule, stage.plan, blocks=blocks,
                                   interpreter_form=False)
                 assert "tl.dot" in source and "host_op" not in source
-                # sm90 for the float16 case (wgmma); sm80 for all
-                arch = "_sm90" if case[0] is F16 else ""
+                # sm90 (wgmma) for bfloat16, the GPU benchmark's dtype; sm80 for all
+                arch = "_sm90" if case[0] == "bfloat16" else ""
                 path = tmp_path / f"attention{k}_{j}_{blocks.attention_m}{arch}.py"
                 path.write_text(source)
                 paths.append(str(path))
