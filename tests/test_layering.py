@@ -18,6 +18,7 @@ ALLOWED = {"ir": {"ir"}, "frontend": {"ir", "frontend"}, "passes": {"ir", "passe
                         "compiler"},
            "fuzz": {"ir", "frontend", "nn", "optim", "passes", "codegen", "runtime", "compiler",
                     "fuzz"}}
+ALLOWED["utils"] = {"ir", "frontend", "utils"}
 ALLOWED["tools"] = set(ALLOWED) | {"tools"}
 BACKENDS = sorted(p.name for p in (ROOT / "codegen").iterdir()
                   if p.is_dir() and (p / "__init__.py").exists())

@@ -121,3 +121,24 @@ def test_cuda_namespace():
         assert graphnn.get_rng_state() == before
     with pytest.raises(RuntimeError, match="manual_seed expected a long"):
         graphnn.cuda.manual_seed(0.5)
+
+
+def test_random_functions_draw_from_a_given_generator():
+    """rand/randn/randint/randperm/multinomial with ``generator=`` draw from it: the same seed
+    repeats them, and the global generator is left untouched."""
+    draws = []
+    for _ in range(2):
+        graphnn.manual_seed(0)
+        g = graphnn.Generator().manual_seed(11)
+        draws.append([graphnn.rand(4, generator=g), graphnn.randn(4, generator=g),
+                      graphnn.randint(0, 100, (4,), generator=g),
+                      graphnn.randperm(6, generator=g),
+                      graphnn.multinomial(graphnn.ones(5), 3, generator=g),
+                      graphnn.rand(4)])  # the global stream
+    graphnn.manual_seed(0)
+    untouched = graphnn.rand(4)
+    for first, second in zip(*draws):
+        np.testing.assert_array_equal(first.numpy(), second.numpy())
+    np.testing.assert_array_equal(draws[0][-1].numpy(), untouched.numpy())
+    g = graphnn.Generator().manual_seed(12)
+    assert not np.array_equal(graphnn.rand(4, generator=g).numpy(), draws[0][0].numpy())

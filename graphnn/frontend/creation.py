@@ -187,30 +187,30 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
                  device)
 
 
-def _random(op, size, dtype, device, requires_grad, **attrs):
-    """Random op ``op`` seeded from graphnn's generator. On a device (outside a trace) it is
-    drawn there: its seed is its input, a 0-d int64 tensor on the device, so one kernel draws
-    for every seed (Triton's Philox on ``cuda``: another stream than the CPU's, as in
-    PyTorch). On the CPU, and while tracing (compiled code draws the lifted values per call,
+def _random(op, size, dtype, device, requires_grad, generator=None, **attrs):
+    """Random op ``op`` seeded from ``generator`` (default: graphnn's global generator). On a
+    device (outside a trace) it is drawn there: its seed is its input, a 0-d int64 tensor on
+    the device, so one kernel draws for every seed (Triton's Philox on ``cuda``: another
+    stream than the CPU's, as in PyTorch). On the CPU, and while tracing (compiled code draws the lifted values per call,
     on the call's device: ``compiler/random_inputs.py``), the seed is an attribute."""
     where = None if device is None else resolve(device, f"graphnn.{op}")
     with no_grad():
         if where is None or where == CPU or trace_state.active() is not None:
-            t = apply1(op, shape=_shape(size), dtype=dtype, seed=next_seed(), **attrs)
+            t = apply1(op, shape=_shape(size), dtype=dtype, seed=next_seed(generator), **attrs)
         else:
-            seed = _wrap(np.array(next_seed(), dtype=np.int64), device=where)
+            seed = _wrap(np.array(next_seed(generator), dtype=np.int64), device=where)
             t = apply1(op, seed, shape=_shape(size), dtype=dtype, **attrs)
     return _placed(t, where, requires_grad)
 
 
 def rand(*size, dtype=None, device=None, generator=None, requires_grad=False):
-    """Uniform numbers in [0, 1), from graphnn's global generator."""
-    return _random("rand", size, _dtype(dtype), device, requires_grad)
+    """Uniform numbers in [0, 1), from ``generator`` (default: graphnn's global one)."""
+    return _random("rand", size, _dtype(dtype), device, requires_grad, generator)
 
 
 def randn(*size, dtype=None, device=None, generator=None, requires_grad=False):
-    """Standard normal numbers, from graphnn's global generator."""
-    return _random("randn", size, _dtype(dtype), device, requires_grad)
+    """Standard normal numbers, from ``generator`` (default: graphnn's global one)."""
+    return _random("randn", size, _dtype(dtype), device, requires_grad, generator)
 
 
 def randint(low, high=None, size=None, *, dtype=None, device=None, generator=None,
@@ -219,7 +219,7 @@ def randint(low, high=None, size=None, *, dtype=None, device=None, generator=Non
     if size is None:
         low, high, size = 0, low, high
     return _random("randint", (tuple(size),), int64 if dtype is None else as_dtype(dtype),
-                   device, False, low=int(low), high=int(high))
+                   device, False, generator, low=int(low), high=int(high))
 
 
 def rand_like(t, *, dtype=None, device=None, requires_grad=False):

@@ -17,6 +17,7 @@ from . import device_tensor, printing, trace_state
 from .autograd import AccumulateGrad, VersionCounter
 from .device import CPU, device, resolve
 from .dispatch import apply1
+from .dlpack import TensorDLPackMixin
 from .indexing import getitem, setitem
 from .inplace import TensorInplaceMixin, view_base
 from .ops_sorting import TensorSortingMixin
@@ -49,7 +50,7 @@ class RemovableHandle:
 
 
 class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin, TensorSortingMixin,
-             TensorExtrasMixin):
+             TensorExtrasMixin, TensorDLPackMixin):
     """An n-dimensional array of one dtype, with gradients recorded when ``requires_grad``."""
 
     __array_priority__ = 1000  # NumPy defers to Tensor's reflected operators
