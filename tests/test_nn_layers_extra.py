@@ -291,11 +291,14 @@ def test_pool1d_unbatched_float32_and_errors():
 @pytest.mark.parametrize("kwargs,shape", [
     (dict(scale_factor=2), (2, 3, 4, 5)), (dict(scale_factor=3), (2, 3, 4)),
     (dict(size=(7, 3)), (1, 2, 4, 5)), (dict(size=11, mode="nearest-exact"), (1, 2, 5, 3)),
-    (dict(scale_factor=1.7), (1, 2, 5)), (dict(scale_factor=(2, 0.5, 1.5)), (1, 2, 3, 4, 5)),
+    (dict(scale_factor=1.7), (1, 2, 5)), (dict(scale_factor=(2, 0.5)), (1, 2, 3, 4)),
     (dict(scale_factor=2.3, recompute_scale_factor=True), (1, 1, 7, 6)),
     (dict(scale_factor=1 / 3), (1, 1, 9, 10)), (dict(size=(5, 4)), (1, 2, 5, 4)),
-    (dict(scale_factor=0.7, mode="nearest-exact"), (1, 1, 13, 6))], ids=str)
-def test_upsample_nearest_matches_torch(kwargs, shape):
+    (dict(scale_factor=0.7, mode="nearest-exact"), (1, 1, 13, 6)),
+    (dict(scale_factor=2, mode="bilinear"), (2, 3, 4, 5)),
+    (dict(size=(7, 3), mode="bilinear", align_corners=True), (1, 2, 4, 5)),
+    (dict(scale_factor=1.5, mode="linear"), (1, 2, 5))], ids=str)
+def test_upsample_matches_torch(kwargs, shape):
     ours, theirs = _both("Upsample", **kwargs)
     check_against_torch(ours, theirs, randn(*shape))
 
@@ -306,15 +309,12 @@ def test_upsample_errors():
         nn.Upsample(size=3, scale_factor=2)(x)
     with pytest.raises(ValueError, match="either size or scale_factor should be defined"):
         nn.Upsample()(x)
-    with pytest.raises(NotImplementedError, match=r"Only 3D, 4D and 5D input Tensors "
-                                                  r"supported \(got 2D\)"):
+    with pytest.raises(NotImplementedError, match="2-D input is not supported"):
         nn.Upsample(scale_factor=2)(graphnn.randn(3, 4))
     with pytest.raises(ValueError, match="same number of spatial dimensions"):
         nn.Upsample(size=(2, 3, 4))(x)
     with pytest.raises(ValueError, match="align_corners option can only be set"):
         nn.Upsample(scale_factor=2, align_corners=True)(x)
-    with pytest.raises(NotImplementedError, match="'bilinear' is not provided yet"):
-        nn.Upsample(scale_factor=2, mode="bilinear")(x)
 
 
 @pytest.mark.parametrize("name,args,shape", [
