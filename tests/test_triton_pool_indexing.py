@@ -60,6 +60,27 @@ def test_op_samples_match_torch_and_numpy(name, dtype, isolated_cache):
     assert not _host_ops(_sources(isolated_cache)), f"{name} {dtype} ran on the host"
 
 
+@pytest.mark.parametrize("name, attrs, arrays", [
+    ("gather", {"dim": 0}, [np.ones((4, 3), np.float32), np.array([[0, 4, 1]])]),
+    ("gather", {"dim": 1}, [np.ones((4, 3), np.float32), np.array([[0], [-4]])]),
+    ("index", {"dims": (0,)}, [np.ones((4, 3), np.float32), np.array([1, 7])]),
+    ("index", {"dims": (1,)}, [np.ones((4, 3), np.float32), np.array([-4])]),
+    ("scatter_add", {"dim": 0}, [np.zeros((4, 3), np.float32), np.array([[5, 0, 0]]),
+                                 np.ones((1, 3), np.float32)]),
+    ("index_put", {"dims": (0,), "accumulate": True},
+     [np.zeros((4, 3), np.float32), np.ones((2, 3), np.float32), np.array([0, -5])]),
+], ids=lambda x: x if isinstance(x, str) else "")
+def test_out_of_bounds_indices_raise_the_references_error(name, attrs, arrays):
+    """A kernel cannot raise, so the wrapper checks the indices before launching it and raises
+    what the reference raises (the NumPy backend's message, word for word)."""
+    with pytest.raises(IndexError) as expected:
+        _run(_compile(name, attrs, "numpy"), arrays)
+    for backend in (SMALL, "triton"):
+        with pytest.raises(IndexError) as got:
+            _run(_compile(name, attrs, backend), arrays)
+        assert str(got.value) == str(expected.value)
+
+
 # ---- max pooling: every attribute, ties, NaN and -inf windows ----------------------------------
 
 def _pool_input(rng, shape, dtype):

@@ -150,6 +150,9 @@ class _Module:
         args = [f"{self.name(v)}.contiguous()" for v in unit.reads] + \
                [self.name(v) for v in unit.writes]
         args += [f"{k}={n}" for k, n in launch.blocks.items()]
+        for position, size, op, dim in launch.index_checks:
+            self.body.append(f"_rt.check_indices({self.name(unit.reads[position])}, "
+                             f"{int(size)}, {op!r}, {int(dim)})")
         if launch.grid:
             self.body.append(f"_{unit.name}[({launch.grid},)]({', '.join(args)})")
 

@@ -22,9 +22,10 @@ C-contiguous (the wrapper makes reads so), shapes are literals.
   in few programs.
 
 Indices are computed in int64 (an int8 or uint8 index times a stride would overflow) and
-negative ones count from the end, as in the reference. An out-of-bounds index cannot raise
-inside a kernel: its lanes are masked (a read gives 0, a write is dropped), nothing outside the
-tensors is touched. The reference raises ``IndexError``; see ``docs/backends.md``.
+negative ones count from the end, as in the reference. A kernel cannot raise, so the wrapper
+checks each index tensor before the launch (``Launch.index_checks``: one read of its extremes)
+and raises the reference's ``IndexError``; inside the kernel out-of-bounds lanes are masked
+all the same (a read gives 0, a write is dropped), so nothing outside the tensors is touched.
 """
 from __future__ import annotations
 
@@ -216,23 +217,27 @@ def _write(name, unit, space, base, src, accumulate, blocks, interpreter_form) -
 
 
 def scatter_gather(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
-    """The kernel of a one-node ``scatter_gather`` unit; ``Unlowered`` for other units."""
+    """The kernel of a one-node ``scatter_gather`` unit, with its index checks;
+    ``Unlowered`` for other units."""
     if len(unit.nodes) != 1:
         raise Unlowered("a scatter_gather unit of several nodes")
     node = unit.nodes[0]
     op, ins, attrs = node.op, node.inputs, node.attrs
     if op == "max_pool2d_backward":
         return max_pool2d_backward(name, unit, blocks, interpreter_form)
-    if op == "gather":
-        return _read(name, unit, _gather_space(ins[0], ins[1], attrs["dim"]), ins[0], blocks,
-                     interpreter_form)
-    if op == "index":
-        return _read(name, unit, _index_space(ins[0], ins[1:], attrs["dims"]), ins[0], blocks,
-                     interpreter_form)
-    if op == "scatter_add":
-        return _write(name, unit, _gather_space(ins[0], ins[1], attrs["dim"]), ins[0], ins[2],
-                      True, blocks, interpreter_form)
-    if op == "index_put":
-        return _write(name, unit, _index_space(ins[0], ins[2:], attrs["dims"]), ins[0], ins[1],
-                      attrs.get("accumulate", False), blocks, interpreter_form)
-    raise Unlowered(op)
+    if op in ("gather", "scatter_add"):
+        space = _gather_space(ins[0], ins[1], attrs["dim"])
+    elif op in ("index", "index_put"):
+        space = _index_space(ins[0], ins[1:] if op == "index" else ins[2:], attrs["dims"])
+    else:
+        raise Unlowered(op)
+    if op in ("gather", "index"):
+        launch = _read(name, unit, space, ins[0], blocks, interpreter_form)
+    elif op == "scatter_add":
+        launch = _write(name, unit, space, ins[0], ins[2], True, blocks, interpreter_form)
+    else:
+        launch = _write(name, unit, space, ins[0], ins[1], attrs.get("accumulate", False),
+                        blocks, interpreter_form)
+    launch.index_checks = [(unit.read_index(value), space.base[d], op, d)
+                           for value, d, _ in space.indices]
+    return launch

@@ -22,7 +22,7 @@ the NumPy backend does (bfloat16 rounding truncates under the interpreter: not c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -192,13 +192,17 @@ POINTER_TYPES = {"bool": "*i1", "uint8": "*u8", "int8": "*i8", "int16": "*i16", 
 
 @dataclass
 class Launch:
-    """A generated kernel: its source, the grid size, the constexpr block sizes and its
-    signature (argument name -> Triton type, as ahead-of-time compilation takes it)."""
+    """A generated kernel: its source, the grid size, the constexpr block sizes, its
+    signature (argument name -> Triton type, as ahead-of-time compilation takes it), and the
+    index checks its wrapper makes before launching it: ``(read position, size, op, dim)``
+    each, the unit's read at that position holding indices into a dim of that size (a kernel
+    cannot raise, so out-of-bounds indices raise here, as the reference raises them)."""
 
     source: str
     grid: int
     blocks: dict
     signature: dict
+    index_checks: list = field(default_factory=list)
 
 
 def launch_of(name, unit, body, grid, blocks) -> Launch:

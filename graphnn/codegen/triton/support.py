@@ -7,6 +7,7 @@ import numpy as np
 
 from graphnn.ir import get_op, parse
 from graphnn.ir.dtypes import as_dtype
+from graphnn.ir.errors import IndexError_
 from graphnn.ir.graph import map_structure
 
 from .device import DEVICE, require_torch, torch_dtype
@@ -65,6 +66,18 @@ def full(shape: tuple, value, dtype_name: str):
     """A new device tensor holding ``value`` (already converted to the dtype) everywhere."""
     return torch.full(shape, value, dtype=torch_dtype(as_dtype(dtype_name)),
                       device=DEVICE.place())
+
+
+def check_indices(index, size: int, op: str, dim: int) -> None:
+    """Raise the reference's ``IndexError`` when the device tensor ``index`` holds a value
+    outside ``[-size, size)`` (indices into a dim ``dim`` of that size): reads its two
+    extremes from the device."""
+    if not index.numel():
+        return
+    low, high = int(index.min()), int(index.max())
+    if high >= size or low < -size:
+        raise IndexError_(f"{op}: index {high if high >= size else low} is out of bounds for "
+                          f"dimension {dim} with size {size}")
 
 
 def outputs(graph, values: dict):
