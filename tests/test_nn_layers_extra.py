@@ -368,3 +368,23 @@ def test_layer_on_cuda_equals_the_cpu(make, shape):
         results.append((out.detach().cpu().numpy(), xs.grad.cpu().numpy()))
     for ours, reference in zip(results[1], results[0]):
         np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-6)
+
+
+def test_functional_forms_are_exported_and_match_torch():
+    """F.conv1d, F.conv_transpose2d, F.max_pool1d, F.avg_pool1d and F.group_norm, from
+    graphnn.nn.functional itself, against torch.nn.functional (float64)."""
+    import torch.nn.functional as TF
+    import graphnn.nn.functional as GF
+    rng = np.random.default_rng(0)
+    x1, w1 = rng.standard_normal((2, 4, 9)), rng.standard_normal((6, 2, 3))
+    x2, w2 = rng.standard_normal((2, 4, 5, 5)), rng.standard_normal((4, 3, 3, 3))
+    cases = [("conv1d", (x1, w1), {"groups": 2, "padding": 1}),
+             ("conv_transpose2d", (x2, w2), {"stride": 2, "output_padding": 1}),
+             ("max_pool1d", (x1,), {"kernel_size": 2}),
+             ("avg_pool1d", (x1,), {"kernel_size": 3, "padding": 1}),
+             ("group_norm", (x1,), {"num_groups": 2})]
+    for name, arrays, kwargs in cases:
+        ours = getattr(GF, name)(*[graphnn.tensor(a) for a in arrays], **kwargs)
+        theirs = getattr(TF, name)(*[torch.tensor(a) for a in arrays], **kwargs)
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-12, atol=1e-12,
+                                   err_msg=name)

@@ -17,3 +17,7 @@ from .losses_extra import *  # noqa: F401,F403
 from .encoding import *  # noqa: F401,F403
 from .padding import *  # noqa: F401,F403
 from .interpolation import *  # noqa: F401,F403
+from .conv1d import *  # noqa: F401,F403
+from .conv_transpose import *  # noqa: F401,F403
+from .pool1d import *  # noqa: F401,F403
+from .group_norm import *  # noqa: F401,F403
