@@ -111,6 +111,11 @@ CASES = [
 ]
 
 
+def _backends(dtype) -> tuple:
+    """Small blocks always; the default blocks for float32 (the interpreter's time)."""
+    return (SMALL, "triton") if dtype is F32 else (SMALL,)
+
+
 # float32 for every case; float16 and float64 for those with a float mask, causality or GQA
 # (the interpreter's time)
 PARAMS = [(k, F32) for k in range(len(CASES))] + \
@@ -126,7 +131,8 @@ def test_forward_matches_torch_and_numpy(index, dtype, isolated_cache):
     if made is not None and made.dtype != bool:
         made = made.astype(dtype)
     attrs = {"scale": 1 / math.sqrt(q_shape[-1]), **attrs, "has_mask": made is not None}
-    _check(_inputs(rng, q_shape, k_shape, dv, dtype, made), attrs, dtype, isolated_cache)
+    _check(_inputs(rng, q_shape, k_shape, dv, dtype, made), attrs, dtype, isolated_cache,
+           backends=_backends(dtype))
 
 
 def test_fully_masked_rows_give_zeros_safe_and_nan_plain(isolated_cache):
@@ -250,7 +256,7 @@ def test_backward_matches_torch_and_numpy(index, dtype, isolated_cache):
         made = made.astype(dtype)
     attrs = {"scale": 1 / math.sqrt(q_shape[-1]), **attrs, "has_mask": made is not None}
     _check_backward(_inputs(rng, q_shape, k_shape, dv, dtype, made), attrs, dtype,
-                    isolated_cache)
+                    isolated_cache, backends=_backends(dtype))
 
 
 def test_backward_of_fully_masked_rows_and_nan(isolated_cache):
@@ -276,6 +282,28 @@ def test_backward_of_empty_sequences(isolated_cache):
     for q_shape, k_shape in (((2, 5, 16), (2, 0, 16)), ((2, 0, 16), (2, 5, 16))):
         _check_backward(_inputs(rng, q_shape, k_shape, 8, F32), {"scale": 0.5, "causal": True},
                         F32, isolated_cache, backends=(SMALL,), torch_too=False)
+
+
+def test_backward_with_broadcast_batch_runs_on_the_host(tmp_path):
+    """k and v shared across the batch: their gradients sum over it, which the backward kernel
+    leaves to the host (the stats kernel still runs); values equal the reference."""
+    rng = np.random.default_rng(14)
+    arrays = _inputs(rng, (2, 2, 9, 16), (1, 2, 11, 16), 16, F32)
+    attrs = {"scale": 0.25}
+    full = REGISTRY[NAME].normalize_attrs(attrs)
+    g = rng.standard_normal((2, 2, 9, 16)).astype(F32)
+    inputs = arrays + [g] + list(REGISTRY[STATS].run(arrays + [g], full))
+    graph = graphnn.trace(lambda *xs: apply_op(BACKWARD, list(xs), attrs),
+                          *[graphnn.tensor(a) for a in inputs])
+    stage = stages.build(graph, "inference", BACKEND).stages["inference"]
+    source = generate(stage.schedule, stage.plan, blocks=SMALL_BLOCKS)
+    assert _host_ops(source) == {BACKWARD} and "broadcast batch dims" in source
+    path = tmp_path / "broadcast.py"
+    path.write_text(source)
+    got = BACKEND.load(str(path))([DEVICE.upload(a) for a in inputs], {}, {})
+    want = REGISTRY[BACKWARD].run(inputs, full)
+    for a, e in zip(got, want):
+        np.testing.assert_array_equal(DEVICE.download(a), e)
 
 
 def test_compiled_training_runs_the_flash_kernels(isolated_cache):
