@@ -642,3 +642,13 @@ def test_fused_elementwise_groups_on_an_empty_batch(name):
     assert graph.inputs[0].type.numel == 0
     inputs, params = _special_arrays(graph)
     run_both(graph, inputs, params)
+
+
+def test_scatter_add_of_an_empty_index_into_a_zero_size_dim():
+    """No index to check: the kernel returns the (empty) base as the reference does (it
+    raised an out-of-bounds error for the 0 it took as the index's extremes)."""
+    from graphnn.frontend.dispatch import apply_op
+    fn = graphnn.compile(lambda b, i, s: apply_op("scatter_add", [b, i, s], {"dim": 1})[0],
+                         backend="numpy")
+    out = fn(graphnn.zeros(2, 0), graphnn.tensor(np.zeros((2, 0), np.int64)), graphnn.zeros(2, 0))
+    assert tuple(out.shape) == (2, 0)

@@ -241,7 +241,7 @@ def scatter_add(base, index, src, dim, out=None, buffers=None, key="scatter"):
     d = dim % base.ndim
     size = base.shape[d]
     low, high = (int(index.min()), int(index.max())) if index.size else (0, 0)
-    if high >= size or low < -size:
+    if index.size and (high >= size or low < -size):
         raise IndexError_(f"scatter_add: index {high if high >= size else low} is out of "
                           f"bounds for dimension {d} with size {size}")
     if out is None:
