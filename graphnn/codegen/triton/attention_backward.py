@@ -36,7 +36,7 @@ from .attention import (NINF, Operands, block_sizes, check, dot_operand, head_ra
                         key_loop, online_softmax_init, online_softmax_step, query_program)
 from .gemm import dot_precision
 from .kernels import Blocks, KernelBody, Launch, launch_of
-from .ops import Unlowered
+from .ops import Unlowered, number
 
 
 def _safe(node) -> bool:
@@ -75,8 +75,8 @@ def stats(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     body.emit("m_i = m_new")
     body.indent -= 1
     empty = "c_i" if _safe(node) or ops.s == 0 else 'float("nan")'  # c_i: 0, or NaN
-    results = {"lse": "m_i + tl.log(l_i)", "delta": f"tl.where(l_i == 0, {empty}, c_i / l_i)"}
-    for value, expr in zip(node.outputs, results.values()):
+    results = ("m_i + tl.log(l_i)", f"tl.where(l_i == 0, {empty}, c_i / l_i)")  # lse, delta
+    for value, expr in zip(node.outputs, results):
         pointer = _pointer(unit, value)
         if pointer is not None:
             body.store(pointer, ops.row_offset(value, "rows"), body.tmp(expr), "rmask",
@@ -170,8 +170,8 @@ class _Backward:
         body.emit(f"dv_acc += {self.dot(f'tl.trans({p})', gb)}")
         body.emit(f"dk_acc += {self.dot(f'tl.trans({ds})', qb)}")
         body.indent -= 2 if ops.groups > 1 else 1
-        scale = node.attrs["scale"]
-        for value, acc, cols, mask in ((dk, f"dk_acc * {scale!r}", "dq", "dmask"),
+        scale = number(node.attrs["scale"])
+        for value, acc, cols, mask in ((dk, f"dk_acc * {scale}", "dq", "dmask"),
                                        (dv, "dv_acc", "dv", "emask")):
             pointer = _pointer(self.unit, value)
             if pointer is not None:
@@ -192,7 +192,7 @@ class _Backward:
         body.emit(f"dq_acc += {self.dot(dot_operand(body, 'ds', self.k), kb)}")
         body.indent -= 1
         body.store(_pointer(self.unit, dq), ops.offset(dq, "rows[:, None]", "dq[None, :]"),
-                   body.tmp(f"dq_acc * {self.node.attrs['scale']!r}"),
+                   body.tmp(f"dq_acc * {number(self.node.attrs['scale'])}"),
                    "rmask[:, None] & dmask[None, :]", dq.type.dtype)
         return programs
 
