@@ -20,7 +20,8 @@ from .frontend.type_info import finfo, iinfo
 from .frontend.device import device
 from .frontend.dlpack import from_dlpack
 from .frontend.tensor import Size, Tensor
-from .frontend.nonzero import nonzero, where
+from .frontend.nonzero import nonzero
+from .frontend.tensor_math import where
 from .frontend.sampling import multinomial, randperm
 from .frontend.scatter import scatter, scatter_reduce
 from .frontend.tensor_shape import cat, concat, concatenate, pad, stack

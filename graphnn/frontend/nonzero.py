@@ -1,4 +1,4 @@
-"""``nonzero`` and the one-argument ``where``: ops whose result shape depends on the values.
+"""``nonzero`` (also the one-argument ``where``): an op whose result shape depends on the values.
 
 They read the input's values (``trace_state.readable_data``), so inside ``graphnn.trace`` or a
 compiled function they raise ``TraceError`` naming the line, as ``.item()`` does, and a compiled
@@ -11,10 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import trace_state
-from .tensor_math import is_tensor
-from .tensor_math import where as _select
 
-__all__ = ["nonzero", "where"]
+__all__ = ["nonzero"]
 
 
 def nonzero(input, *, as_tuple=False):
@@ -31,11 +29,3 @@ def nonzero(input, *, as_tuple=False):
         return tuple(_wrap(np.ascontiguousarray(found[:, d]), device=device)
                      for d in range(values.ndim))
     return _wrap(found, device=device)
-
-
-def where(condition, input=None, other=None):
-    """``graphnn.where(condition, input, other)`` selects; ``where(condition)`` is
-    ``nonzero(condition, as_tuple=True)``."""
-    if input is None and other is None and is_tensor(condition):
-        return nonzero(condition, as_tuple=True)
-    return _select(condition, input, other)

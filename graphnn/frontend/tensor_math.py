@@ -12,7 +12,7 @@ import numbers
 import numpy as np
 
 from ..ir.dtypes import LOW_PRECISION, bool_, float32, scalar_result_type
-from ..ir.errors import AttributeError_, DTypeError, UnsupportedError
+from ..ir.errors import AttributeError_, DTypeError
 from .dispatch import apply1, apply_op
 from .trace_state import readable_data
 
@@ -426,10 +426,11 @@ def _scaled(other, alpha):
 
 
 def where(condition, input=None, other=None):
-    """``input`` where ``condition`` else ``other``; numbers adopt the other operand's dtype."""
+    """``input`` where ``condition`` else ``other``; numbers adopt the other operand's dtype.
+    ``where(condition)`` alone is ``nonzero(condition, as_tuple=True)`` (it reads values)."""
     if input is None and other is None:
-        raise UnsupportedError("where: the one-argument form (nonzero) is not supported; pass "
-                               "input and other")
+        from .nonzero import nonzero
+        return nonzero(condition, as_tuple=True)
     from .creation import tensor
     cond = condition if is_tensor(condition) else tensor(condition)
     if cond.dtype is not bool_:
