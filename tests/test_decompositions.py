@@ -89,6 +89,16 @@ def _empty_samples(name, dtype) -> list:
                    {"scale": 0.5, "causal": True}),
             Sample([z((0, 2, 4, 8), f), z((0, 1, 5, 8), f), z((0, 1, 5, 8), f)],
                    {"scale": 0.5, "kv_groups": 2, "dropout_p": 0.5, "seed": 1})],
+        "scaled_dot_product_attention_stats": [
+            Sample([z((2, 4, 8), f), z((2, 0, 8), f), z((2, 0, 6), f), z((2, 4, 6), f)],
+                   {"scale": 0.5}),
+            Sample([z((2, 0, 8), f), z((2, 5, 8), f), z((2, 5, 6), f), z((2, 0, 6), f)],
+                   {"scale": 0.5, "causal": True})],
+        "scaled_dot_product_attention_backward": [
+            Sample([z((2, 4, 8), f), z((2, 0, 8), f), z((2, 0, 6), f), z((2, 4, 6), f),
+                    z((2, 4), f), z((2, 4), f)], {"scale": 0.5}),
+            Sample([z((2, 0, 8), f), z((2, 5, 8), f), z((2, 5, 6), f), z((2, 0, 6), f),
+                    z((2, 0), f), z((2, 0), f)], {"scale": 0.5, "causal": True})],
         "max_pool2d_backward": [Sample([z((0, 2, 2, 2), f), z((0, 2, 2, 2), np.int64)],
                                        {"input_shape": (0, 2, 4, 4), "kernel_size": (2, 2),
                                         "stride": (2, 2)})],
