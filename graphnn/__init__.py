@@ -52,6 +52,7 @@ def numel(t) -> int:
 
 
 from . import amp, autograd, nn, optim, utils  # noqa: E402
+from . import distributed  # noqa: E402  (imports torch only when used)
 from .amp import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: E402
 from .serialization import load, save  # noqa: E402
 from .tools.explain import explain  # noqa: E402

@@ -19,6 +19,8 @@ ALLOWED = {"ir": {"ir"}, "frontend": {"ir", "frontend"}, "passes": {"ir", "passe
            "fuzz": {"ir", "frontend", "nn", "optim", "passes", "codegen", "runtime", "compiler",
                     "fuzz"}}
 ALLOWED["utils"] = {"ir", "frontend", "utils"}
+ALLOWED["distributed"] = {"ir", "frontend", "distributed"}  # frontend-level collectives
+ALLOWED["nn"].add("distributed"); ALLOWED["utils"].add("distributed")  # DDP, sampler
 ALLOWED["tools"] = set(ALLOWED) | {"tools"}
 BACKENDS = sorted(p.name for p in (ROOT / "codegen").iterdir()
                   if p.is_dir() and (p / "__init__.py").exists())

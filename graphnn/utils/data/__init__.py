@@ -7,10 +7,12 @@ accepted and the batches are loaded in the calling process.
 """
 from .collate import default_collate, default_convert
 from .dataloader import DataLoader, get_worker_info
+from .distributed import DistributedSampler
 from .dataset import ConcatDataset, Dataset, Subset, TensorDataset, random_split
 from .sampler import (BatchSampler, RandomSampler, Sampler, SequentialSampler,
                       SubsetRandomSampler)
 
-__all__ = ["BatchSampler", "ConcatDataset", "DataLoader", "Dataset", "RandomSampler", "Sampler",
+__all__ = ["BatchSampler", "ConcatDataset", "DataLoader", "Dataset", "DistributedSampler",
+           "RandomSampler", "Sampler",
            "SequentialSampler", "Subset", "SubsetRandomSampler", "TensorDataset",
            "default_collate", "default_convert", "get_worker_info", "random_split"]
