@@ -93,7 +93,7 @@ def ufunc_compute(node, data_from: int = 0, scalar: bool = False):
         return None
     dtypes = {v.type.dtype for v in node.inputs[data_from:]}
     if len(dtypes) != 1:
-        return None
+        return _mixed_float_compute(node, dtypes)
     (dt,) = dtypes
     if node.op in COMPARISONS:
         return ""
@@ -102,6 +102,17 @@ def ufunc_compute(node, data_from: int = 0, scalar: bool = False):
     if node.outputs[0].type.dtype != dt:
         return None
     return "float32" if dt in LOW_PRECISION else ""
+
+
+def _mixed_float_compute(node, dtypes) -> str | None:
+    """The result's dtype name when an arithmetic op mixes float32 and float64 operands (a
+    float32 tensor times an optimizer's float64 0-d hyper-parameter): the reference casts every
+    operand to that dtype and applies the ufunc, as ``dtype=`` does; else None."""
+    result = node.outputs[0].type.dtype.np.name
+    if node.op in COMPARISONS or node.op in LOGICAL or result not in FLOAT_GEMM or \
+            any(dt.np.name not in FLOAT_GEMM for dt in dtypes):
+        return None
+    return result
 
 
 def _zero_d(call: str, node, out: str) -> str:
@@ -116,7 +127,7 @@ def _call(fn, args, node, ctx, compute, inplace=True) -> str:
     extra = f", dtype=np.{compute}" if compute else ""
     out = ctx.out_arg(node, inplace=inplace)
     call = f"{fn}({', '.join(args)}{out}{extra})"
-    if compute and not out:
+    if compute and not out and compute != _dtype_name(node.outputs[0]):
         call += f".astype({np_dtype(node.outputs[0], ctx)})"
     return _zero_d(call, node, out)
 
