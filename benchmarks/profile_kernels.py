@@ -6,8 +6,12 @@ forward/backward graphs (``graphnn.compiler.stages``) and the whole training ste
 their kernels, and times every statement of each kernel body (median over calls). Prints, per kernel, the total and the
 statements that take the most time, with their op and Module path.
 
+``--model nanogpt`` profiles ``benchmarks/nanogpt.py``'s whole training step instead (forward,
+backward, gradient clipping and AdamW in one kernel, as ``graphnn.compile(train_step)`` builds it;
+``--quick``: its tiny configuration).
+
 Usage: python benchmarks/profile_kernels.py [--repeat N] [--only mlp,cnn,transformer] [--top K]
-                                            [--clock wall|cpu]
+                                            [--clock wall|cpu] [--model nanogpt [--quick]]
 
 ``--clock cpu`` times with the process's CPU time, which waiting for a core does not
 inflate (stable on a busy machine; meaningful with one BLAS thread, OPENBLAS_NUM_THREADS=1).
@@ -78,11 +82,23 @@ def profile(stage, inputs, params, repeat):
     return list(zip(per, statements)), result
 
 
+_CALLEE = re.compile(r"=\s*([\w.]+)\(")
+
+
 def report(title, timed, top):
     total = sum(t for t, _ in timed)
     print(f"\n  {title}: {total * 1e3:.2f} ms in {len(timed)} statements")
     for t, line in sorted(timed, key=lambda p: -p[0])[:top]:
         print(f"    {t * 1e3:8.3f} ms {100 * t / total:5.1f}%  {line[:150]}")
+    by_callee = {}
+    for t, line in timed:
+        match = _CALLEE.search(line)
+        name = match.group(1) if match else line.split("=", 1)[-1].strip()[:40]
+        count, spent = by_callee.get(name, (0, 0.0))
+        by_callee[name] = (count + 1, spent + t)
+    print(f"    by function called (top {top}):")
+    for name, (count, t) in sorted(by_callee.items(), key=lambda p: -p[1][1])[:top]:
+        print(f"    {t * 1e3:8.3f} ms {100 * t / total:5.1f}%  {count:4d} x {name}")
 
 
 def run(name, repeat, top):
@@ -114,8 +130,8 @@ def run(name, repeat, top):
 
 
 def profile_step(model, x, kind, repeat):
-    """The statements of ``graphnn.compile(train_step)``'s kernel, with the gradients the
-    first eager step created bound as its state."""
+    """The statements of ``graphnn.compile(train_step)``'s kernel for an SGD step of
+    ``model`` on ``x``."""
     rng = np.random.default_rng(1)
     target = rng.integers(0, 10, x.shape[0]) if kind == "classes" else \
         rng.standard_normal(x.shape).astype(np.float32)
@@ -128,8 +144,13 @@ def profile_step(model, x, kind, repeat):
         loss.backward()
         opt.step()
         return loss
-    args = (graphnn.tensor(x), graphnn.tensor(target))
-    train_step(*args)  # creates the gradients the compiled step binds
+    return profile_function(train_step, (graphnn.tensor(x), graphnn.tensor(target)), repeat)
+
+
+def profile_function(train_step, args, repeat):
+    """The statements of ``graphnn.compile(train_step)``'s kernel for ``args``, with the
+    gradients and optimizer state the first eager call creates bound as its state."""
+    train_step(*args)  # creates the gradients and optimizer state the compiled step binds
     state = StepState(train_step)
     traced, _, hypers = trace_function(train_step, args, {}, state)
     stage = stages.build(traced.graph, "step", backward=traced.backward).stages["step"]
@@ -138,16 +159,36 @@ def profile_step(model, x, kind, repeat):
     return timed
 
 
+def run_nanogpt(repeat, top, quick):
+    """The whole training step of ``benchmarks/nanogpt.py`` (AdamW, clipping, its schedule's
+    learning rate as an input)."""
+    import nanogpt
+    config = nanogpt.QUICK if quick else nanogpt.FULL
+    model = nanogpt.gpt(graphnn, **config)
+    train_step, _ = nanogpt.trainer(graphnn, model, 1)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, config["vocab_size"],
+                          (config["batch_size"], config["block_size"] + 1))
+    args = (graphnn.tensor(tokens[:, :-1]), graphnn.tensor(tokens[:, 1:]))
+    print(f"\nnanogpt: {config}")
+    report("whole training step (AdamW)", profile_function(train_step, args, repeat), top)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--only", default="mlp,cnn,transformer")
     p.add_argument("--top", type=int, default=8)
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    p.add_argument("--model", choices=("nanogpt",), help="profile this model's step instead")
+    p.add_argument("--quick", action="store_true", help="nanogpt's tiny configuration")
     args = p.parse_args()
     if args.clock == "cpu":
         global CLOCK
         CLOCK = time.process_time
+    if args.model == "nanogpt":
+        run_nanogpt(args.repeat, args.top, args.quick)
+        return
     for name in args.only.split(","):
         run(name, args.repeat, args.top)
 
