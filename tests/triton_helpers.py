@@ -49,18 +49,23 @@ for path in sys.argv[1:]:
     spec.loader.exec_module(module)
     for name, (signature, constexprs) in module.SIGNATURES.items():
         fn = getattr(module, name)
+        options = getattr(module, "LAUNCH_OPTIONS", {}).get(name, {})
         # kernels differing only in sizes, strides, comments and the width of signed
-        # integers below 64 bits compile alike: one of each
+        # integers below 64 bits compile alike: one of each (per launch options)
         code = re.sub(r"#.*", "", fn.src.split("\\n", 1)[1])
         types = tuple(re.sub(r"i(8|16|32)$", "i", t) for t in signature.values())
-        key = (re.sub(r"(int|i)(8|16|32)|\\d+", "N", code), types)
+        key = (re.sub(r"(int|i)(8|16|32)|\\d+", "N", code), types,
+               tuple(sorted(options.items())))
         if key in seen:
             continue
         seen.add(key)
         for arch in (80, 90) if "sm90" in path else (80,):
             ptx = compile(ASTSource(fn, signature, constexprs),
-                          target=GPUTarget("cuda", arch, 32)).asm["ptx"]
+                          target=GPUTarget("cuda", arch, 32), options=options).asm["ptx"]
             assert f".target sm_{arch}" in ptx, (path, name, arch)
+            if "num_warps" in options:  # the warps reached the compiler
+                assert re.search(rf"\\.(req|max)ntid {32 * options['num_warps']}\\b", ptx), \
+                    (path, name, options)
         count += 1
 print(count)
 """
@@ -68,7 +73,8 @@ print(count)
 
 def compile_ahead_of_time(paths, tmp_path) -> int:
     """Compile every jit function of the generated modules at ``paths`` (each listed in its
-    module's ``SIGNATURES``, one of each kernel that differs only in sizes) to PTX for sm80,
+    module's ``SIGNATURES``, one of each kernel that differs only in sizes, with its
+    ``LAUNCH_OPTIONS``: warps and stages) to PTX for sm80,
     and for sm90 too where the path contains "sm90", with no GPU: in a subprocess with the
     interpreter off, so that what the interpreter accepts and the compiler rejects fails the
     test. Returns how many distinct kernels compiled."""

@@ -103,6 +103,7 @@ class _Module:
         self.header: list[str] = []
         self.functions: list[str] = []
         self.signatures: dict = {}  # jit function name -> (signature, constexprs)
+        self.options: dict = {}  # jit function name -> launch options (num_warps, num_stages)
         self.body: list[str] = []
         self.var: dict = {}  # value name -> Python variable
         self.position = {id(n): i for i, n in enumerate(graph.nodes)}
@@ -149,7 +150,9 @@ class _Module:
                       f"{v.type.dtype.name!r})", v)
         args = [f"{self.name(v)}.contiguous()" for v in unit.reads] + \
                [self.name(v) for v in unit.writes]
-        args += [f"{k}={n}" for k, n in launch.blocks.items()]
+        args += [f"{k}={n}" for k, n in {**launch.blocks, **launch.options}.items()]
+        if launch.options:
+            self.options[f"_{unit.name}"] = launch.options
         for position, size, op, dim in launch.index_checks:
             self.body.append(f"_rt.check_indices({self.name(unit.reads[position])}, "
                              f"{int(size)}, {op!r}, {int(dim)})")
@@ -218,7 +221,9 @@ def generate(schedule, plan=None, kernel_id=None, blocks=DEFAULT_BLOCKS,
     for fn in m.functions:
         lines += ["", "", fn]
     lines += ["", "", "# argument types and block sizes of each jit function (for triton.compile)",
-              f"SIGNATURES = {m.signatures!r}"]
+              f"SIGNATURES = {m.signatures!r}",
+              "# launch options (num_warps, num_stages) of the jit functions that set them",
+              f"LAUNCH_OPTIONS = {m.options!r}"]
     lines += ["", "", "def kernel(inputs, params, buffers):"]
     lines += ["    " + line for line in m.body]
     return "\n".join(lines) + "\n"

@@ -18,7 +18,9 @@ and ``O = C_out / groups``:
 - ``conv2d_weight_grad``: rows are the group's ``O`` output channels, columns ``(c, i, j)``, the
   contraction runs over the ``N * Ho * Wo`` output positions.
 
-One program per ``BLOCK_M x BLOCK_N`` tile of one group's result; it loops over the contraction
+One program per ``BLOCK_M x BLOCK_N`` tile of one group's result (the tile, warps and stages
+``autotune.choose``'s among the GEMM template's candidates, timed on a GPU as the GEMM's are,
+else the ``Blocks`` tile); it loops over the contraction
 in ``BLOCK_K`` steps of masked tiles (ragged edges add 0) and accumulates ``tl.dot`` in float32
 (float64 for float64), with ``gemm.dot_precision``'s ``input_precision`` (float32 products
 follow ``set_float32_matmul_precision`` as the matmuls do). The forward's epilogue adds the bias
@@ -33,8 +35,9 @@ from __future__ import annotations
 
 import math
 
-from .gemm import _activate, dot_precision
-from .kernels import Blocks, KernelBody, Launch, launch_of, next_pow2
+from .autotune import Config, choose, gpu_available, time_launch
+from .gemm import _INPUT_PRECISION, _activate, _candidates, dot_precision, launch_options
+from .kernels import DEFAULT_BLOCKS, Blocks, KernelBody, Launch, launch_of
 from .ops import Unlowered, compute
 
 CONV_OPS = frozenset({"conv2d", "conv2d_epilogue", "conv2d_input_grad", "conv2d_weight_grad"})
@@ -74,14 +77,14 @@ def _window_mask(y: str, x: str, g: _Geometry) -> str:
 
 
 class _Contraction:
-    """One implicit GEMM's program layout: ``m x n`` tiles per group, ``k`` contracted."""
+    """One implicit GEMM's program layout: ``m x n`` tiles per group, ``k`` contracted, with
+    ``config``'s tile (``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K``), warps and stages."""
 
-    def __init__(self, body, m, n, k, blocks: Blocks, acc_type):
+    def __init__(self, body, m, n, k, config: Config, acc_type):
         self.body, self.m, self.n, self.k, self.acc_type = body, m, n, k, acc_type
-        self.block_m = max(16, min(next_pow2(m), blocks.gemm))
-        self.block_n = max(16, min(next_pow2(n), blocks.gemm))
-        self.block_k = max(16, min(next_pow2(k), blocks.gemm_k))
-        self.tiles_m, self.tiles_n = -(-m // self.block_m), -(-n // self.block_n)
+        self.config = config
+        tile = dict(config.blocks)
+        self.tiles_m, self.tiles_n = -(-m // tile["BLOCK_M"]), -(-n // tile["BLOCK_N"])
 
     def open(self) -> None:
         """Emit the program's group ``grp``, its ``rows``/``cols`` and their masks."""
@@ -118,8 +121,7 @@ class _Contraction:
 
     def launch(self, name, unit, groups) -> Launch:
         return launch_of(name, unit, self.body, groups * self.tiles_m * self.tiles_n,
-                         {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n,
-                          "BLOCK_K": self.block_k})
+                         dict(self.config.blocks), launch_options(self.config))
 
 
 def _forward(c: _Contraction, g: _Geometry, node, unit) -> str:
@@ -238,9 +240,49 @@ def _epilogue(body, node, unit, offset, g: _Geometry, acc_type) -> str:
     return _activate(body, attrs["activation"], z, node.outputs[0]) if fused else z
 
 
+class _Product:
+    """A convolution node as an implicit GEMM: its ``_Geometry``, the per-group product's
+    ``m``, ``n`` and ``k``, and the function emitting its contraction (``_forward``,
+    ``_input_grad`` or ``_weight_grad``)."""
+
+    def __init__(self, node):
+        out, attrs = node.outputs[0], node.attrs
+        if node.op == "conv2d_input_grad":
+            gy, w = node.inputs
+            g = self.geometry = _Geometry(out.type.shape, w.type.shape, gy.type.shape[2:], attrs)
+            self.m, self.n, self.k, self.make = g.n * g.h * g.w, g.cg, g.og * g.taps, _input_grad
+        elif node.op == "conv2d_weight_grad":
+            x, gy = node.inputs
+            g = self.geometry = _Geometry(x.type.shape, out.type.shape, gy.type.shape[2:], attrs)
+            self.m, self.n, self.k, self.make = g.og, g.cg * g.taps, g.n * g.ho * g.wo, \
+                _weight_grad
+        else:
+            x, w = node.inputs[:2]
+            g = self.geometry = _Geometry(x.type.shape, w.type.shape, out.type.shape[2:], attrs)
+            self.m, self.n, self.k, self.make = g.n * g.ho * g.wo, g.og, g.cg * g.taps, _forward
+
+
+def _source(name: str, unit, product: _Product, config: Config, interpreter_form: bool) -> Launch:
+    """The kernel of ``unit``'s convolution with ``config``'s tile, warps and stages."""
+    node = unit.nodes[0]
+    out = node.outputs[0]
+    acc_type = compute(out.type.dtype)
+    body = KernelBody(interpreter_form)
+    g = product.geometry
+    c = _Contraction(body, product.m, product.n, product.k, config, acc_type)
+    c.open()
+    offset = product.make(c, g, node, unit)
+    z = _epilogue(body, node, unit, offset, g, acc_type) if product.make is _forward else "acc"
+    body.store("out0", offset, z, "rmask[:, None] & cmask[None, :]", out.type.dtype)
+    return c.launch(name, unit, g.groups)
+
+
 def conv(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     """A convolution kernel for ``unit`` (see the module docstring); ``Unlowered`` for other
-    nodes and for operands of different or non-float dtypes."""
+    nodes and for operands of different or non-float dtypes. Its tile, warps and stages are
+    ``autotune.choose``'s among the GEMM's candidates (``gemm._candidates``) fitted to the
+    implicit GEMM: timed on a GPU for the GPU form of a non-empty convolution with the default
+    blocks, else ``blocks``' tile with Triton's defaults."""
     if len(unit.nodes) != 1 or unit.nodes[0].op not in CONV_OPS:
         raise Unlowered("not one convolution")
     node = unit.nodes[0]
@@ -248,26 +290,20 @@ def conv(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     if len({v.type.dtype for v in node.inputs + node.outputs}) != 1 or \
             not out.type.dtype.is_floating_point:
         raise Unlowered(f"{node.op} of {', '.join(v.type.dtype.name for v in node.inputs)}")
-    acc_type = compute(out.type.dtype)
-    body = KernelBody(interpreter_form)
+    product = _Product(node)
+    empty = product.m * product.n * product.k * product.geometry.groups == 0
+    timed = not interpreter_form and blocks == DEFAULT_BLOCKS and not empty and gpu_available()
+
+    def bench(config):
+        return time_launch(_source(name, unit, product, config, False), unit, config)
     attrs = node.attrs
-    if node.op == "conv2d_input_grad":
-        gy, w = node.inputs
-        g = _Geometry(out.type.shape, w.type.shape, gy.type.shape[2:], attrs)
-        c = _Contraction(body, g.n * g.h * g.w, g.cg, g.og * g.taps, blocks, acc_type)
-        make = _input_grad
-    elif node.op == "conv2d_weight_grad":
-        x, gy = node.inputs
-        g = _Geometry(x.type.shape, out.type.shape, gy.type.shape[2:], attrs)
-        c = _Contraction(body, g.og, g.cg * g.taps, g.n * g.ho * g.wo, blocks, acc_type)
-        make = _weight_grad
-    else:
-        x, w = node.inputs[:2]
-        g = _Geometry(x.type.shape, w.type.shape, out.type.shape[2:], attrs)
-        c = _Contraction(body, g.n * g.ho * g.wo, g.og, g.cg * g.taps, blocks, acc_type)
-        make = _forward
-    c.open()
-    offset = make(c, g, node, unit)
-    z = _epilogue(body, node, unit, offset, g, acc_type) if make is _forward else "acc"
-    body.store("out0", offset, z, "rmask[:, None] & cmask[None, :]", out.type.dtype)
-    return c.launch(name, unit, g.groups)
+    key = {"op": node.op, "inputs": [[list(v.type.shape), v.type.dtype.name]
+                                     for v in node.inputs],
+           "geometry": [[int(s) for s in attrs[k]] for k in ("stride", "padding", "dilation")],
+           "groups": int(attrs["groups"]),
+           "epilogue": [bool(attrs.get("bias")), bool(attrs.get("residual")),
+                        str(attrs.get("activation", "none"))],
+           "input_precision": _INPUT_PRECISION.get() if out.type.dtype.name == "float32"
+           else None}
+    config = choose("conv", key, _candidates(product, blocks), bench if timed else None)
+    return _source(name, unit, product, config, interpreter_form)

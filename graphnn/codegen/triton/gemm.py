@@ -21,9 +21,11 @@ version, so another cache key) whose generation ``dot_precision`` reads; the con
 attention templates call ``dot_precision`` for their dots too.
 
 The tile (``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K``) is ``autotune.choose``'s: for the GPU form
-with the default blocks on a machine with a GPU, the fastest of ``_candidates`` (timed once per
-shape, dtypes and precision, then read from the tuning store); otherwise (the interpreter, no
-GPU, other block limits) the ``Blocks`` tile, deterministically.
+with the default blocks on a machine with a GPU, the fastest of ``_candidates`` (tiles with
+4 or 8 warps and 3 or 4 pipeline stages; timed once per shape, dtypes and precision, then read
+from the tuning store); otherwise (the interpreter, no GPU, other block limits) the ``Blocks``
+tile with Triton's default warps and stages, deterministically. The launch passes the chosen
+warps and stages (``Launch.options``).
 """
 from __future__ import annotations
 
@@ -42,10 +44,12 @@ from .kernels import DEFAULT_BLOCKS, Blocks, KernelBody, Launch, aligned_strides
 from .ops import Unlowered, compute, lower
 
 GEMM_OPS = frozenset({"matmul", "matmul_epilogue"})
-# the tiles (BLOCK_M, BLOCK_N, BLOCK_K) timed on a GPU beside the default; warps and stages are
-# Triton's defaults, which is what the generated launch runs with (it passes block sizes only)
-GPU_TILES = ((128, 128, 32), (128, 128, 64), (128, 64, 32), (64, 128, 32), (64, 64, 64),
-             (128, 64, 64), (64, 128, 64))
+# the configs (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) timed on a GPU beside the
+# default (the Blocks tile with Triton's defaults, 4 warps and 3 stages); the generated launch
+# passes the chosen one's warps and stages
+GPU_TILES = ((128, 128, 32, 4, 3), (128, 128, 64, 8, 3), (128, 128, 32, 8, 4),
+             (128, 64, 32, 4, 4), (64, 128, 32, 4, 4), (64, 64, 64, 4, 3), (128, 64, 64, 4, 3),
+             (64, 128, 64, 4, 3), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (64, 64, 32, 4, 4))
 _INPUT_PRECISION = contextvars.ContextVar("graphnn_tf32", default="ieee")  # of float32 dots
 
 
@@ -149,20 +153,27 @@ def _gemm_of(unit) -> _Gemm:
     return _Gemm(node, a, b, bias, residual, acc_type, a2[-2], a2[-1], b2[-1], a2, b2, batch)
 
 
-def _tile(g: _Gemm, block_m: int, block_n: int, block_k: int) -> Config:
-    """A config with the given tile limits fitted to the GEMM (no block wider than the next
-    power of two of its dim, and at least 16: ``tl.dot``'s least)."""
+def _tile(g, block_m: int, block_n: int, block_k: int, num_warps=4, num_stages=3) -> Config:
+    """A config with the given tile limits fitted to ``g``'s product (no block wider than the
+    next power of two of its dim, and at least 16: ``tl.dot``'s least)."""
     return Config((("BLOCK_M", max(16, min(next_pow2(g.m), block_m))),
                    ("BLOCK_N", max(16, min(next_pow2(g.n), block_n))),
-                   ("BLOCK_K", max(16, min(next_pow2(g.k), block_k)))))
+                   ("BLOCK_K", max(16, min(next_pow2(g.k), block_k)))), num_warps, num_stages)
 
 
-def _candidates(g: _Gemm, blocks: Blocks) -> list:
-    """The configs to time: ``blocks``' tile first (the default), then ``GPU_TILES``, each
-    fitted to the GEMM, without repeats."""
+def _candidates(g, blocks: Blocks) -> list:
+    """The configs to time for ``g``, an ``m x k`` by ``k x n`` product (a ``_Gemm``, or a
+    convolution's implicit GEMM: anything with ``m``, ``n`` and ``k``): ``blocks``' tile with
+    Triton's default warps and stages first (the default), then ``GPU_TILES``, each fitted to
+    the product, without repeats."""
     configs = [_tile(g, blocks.gemm, blocks.gemm, blocks.gemm_k)]
     configs += [_tile(g, *t) for t in GPU_TILES]
     return list(dict.fromkeys(configs))
+
+
+def launch_options(config: Config) -> dict:
+    """The launch options of ``config`` (its warps and stages)."""
+    return {"num_warps": config.num_warps, "num_stages": config.num_stages}
 
 
 def _source(name: str, unit, g: _Gemm, config: Config, interpreter_form: bool) -> Launch:
@@ -210,7 +221,7 @@ def _source(name: str, unit, g: _Gemm, config: Config, interpreter_form: bool) -
     z = _activate(body, g.node.attrs.get("activation", "none"), z, out)
     body.store("out0", out_offset, z, mask, out.type.dtype)
     grid = math.prod(batch) * tiles_m * tiles_n
-    return launch_of(name, unit, body, grid, block)
+    return launch_of(name, unit, body, grid, block, launch_options(config))
 
 
 def gemm(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:

@@ -193,27 +193,31 @@ POINTER_TYPES = {"bool": "*i1", "uint8": "*u8", "int8": "*i8", "int16": "*i16", 
 @dataclass
 class Launch:
     """A generated kernel: its source, the grid size, the constexpr block sizes, its
-    signature (argument name -> Triton type, as ahead-of-time compilation takes it), and the
-    index checks its wrapper makes before launching it: ``(read position, size, op, dim)``
-    each, the unit's read at that position holding indices into a dim of that size (a kernel
-    cannot raise, so out-of-bounds indices raise here, as the reference raises them)."""
+    signature (argument name -> Triton type, as ahead-of-time compilation takes it), the index
+    checks its wrapper makes before launching it: ``(read position, size, op, dim)`` each, the
+    unit's read at that position holding indices into a dim of that size (a kernel cannot
+    raise, so out-of-bounds indices raise here, as the reference raises them), and its launch
+    ``options`` (``num_warps``, ``num_stages``; empty: Triton's defaults), passed to the launch
+    and to ``triton.compile``."""
 
     source: str
     grid: int
     blocks: dict
     signature: dict
     index_checks: list = field(default_factory=list)
+    options: dict = field(default_factory=dict)
 
 
-def launch_of(name, unit, body, grid, blocks) -> Launch:
+def launch_of(name, unit, body, grid, blocks, options=None) -> Launch:
     """The ``Launch`` of kernel ``name`` whose ``body`` computes ``unit``: its signature (a
-    pointer per read and write, then the block constants), ``grid`` programs and ``blocks``."""
+    pointer per read and write, then the block constants), ``grid`` programs, ``blocks`` and
+    the launch ``options`` (None: Triton's defaults)."""
     signature = {f"in{i}": POINTER_TYPES[v.type.dtype.name] for i, v in enumerate(unit.reads)}
     signature.update({f"out{i}": POINTER_TYPES[v.type.dtype.name]
                       for i, v in enumerate(unit.writes)})
     signature.update({k: "constexpr" for k in blocks})
     source = "\n".join(_header(name, unit, list(blocks)) + body.lines)
-    return Launch(source, grid, blocks, signature)
+    return Launch(source, grid, blocks, signature, options=dict(options or {}))
 
 
 def pointwise_body(body: KernelBody, unit, program: str, pointers: dict) -> int:
