@@ -3,12 +3,13 @@
 The data are the 1,797 8x8 digit images that ship with scikit-learn (no download), split into
 training and test sets by a seeded ``random_split`` and served by ``DataLoader``s. The network
 normalises its input with ``nn.Normalize`` (the data set's pixel mean and standard deviation,
-fixed numbers as in PyTorch's MNIST example, so the saved model takes raw 0..16 images), then Conv2d / ReLU / MaxPool2d twice and a Linear classifier; it
-trains with CrossEntropyLoss and SGD with momentum. The whole training step (forward,
-backward, update) and the evaluation forward are compiled with the default backend. A tqdm
-bar per epoch shows the loss and accuracy; at the end the script prints the time per epoch
+fixed numbers as in PyTorch's MNIST example, so the saved model takes raw 0..16 images), then
+applies Conv2d / ReLU / MaxPool2d twice and a Linear classifier; it trains with
+CrossEntropyLoss and SGD with momentum. The whole training step (forward, backward, update)
+and the evaluation forward are compiled with the default backend. A tqdm bar per epoch (on a
+terminal) shows the loss and accuracy; at the end the script prints the time per epoch
 compiled against one eager epoch over the same data, saves the weights as safetensors and,
-when matplotlib is installed, draws the training curves.
+when matplotlib is installed, draws the training curves next to them (a PNG).
 
     pip install -e '.[examples]'
     python examples/digits_cnn.py [--epochs 10] [--out digits_cnn.safetensors] [--no-plot]
@@ -63,9 +64,19 @@ def digits_datasets(seed: int):
     return random_split(full, [len(full) - TEST_SIZE, TEST_SIZE], generator=split)
 
 
-def make_train_step(model, optimizer, loss_fn):
-    """One SGD step on a batch; returns the batch's mean loss and its number of correct
-    predictions (0-d tensors)."""
+def training_loader(train_set, seed: int) -> DataLoader:
+    """Shuffled batches of ``BATCH_SIZE``, a new order each epoch from a generator seeded with
+    ``seed``; the short last batch is dropped, so the compiled step sees one shape."""
+    return DataLoader(train_set, batch_size=BATCH_SIZE, shuffle=True, drop_last=True,
+                      generator=graphnn.Generator().manual_seed(seed))
+
+
+def make_train_step(model):
+    """One step of SGD with momentum on a batch, with cross-entropy loss; the step returns
+    the batch's mean loss and its number of correct predictions (0-d tensors)."""
+    optimizer = optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+
     def train_step(images, labels):
         logits = model(images)
         loss = loss_fn(logits, labels)
@@ -104,11 +115,8 @@ def evaluate(predict, loader) -> float:
 def time_eager_epoch(model, train_set, seed: int) -> float:
     """Seconds one eager training epoch takes on a copy of ``model`` (same data, batch size,
     optimizer and loss), leaving ``model`` untouched."""
-    twin = copy.deepcopy(model)
-    step = make_train_step(twin, optim.SGD(twin.parameters(), lr=0.05, momentum=0.9),
-                           nn.CrossEntropyLoss())
-    loader = DataLoader(train_set, batch_size=BATCH_SIZE, shuffle=True, drop_last=True,
-                        generator=graphnn.Generator().manual_seed(seed))
+    step = make_train_step(copy.deepcopy(model))
+    loader = training_loader(train_set, seed)
     start = time.perf_counter()
     run_epoch(step, loader, None)
     return time.perf_counter() - start
@@ -154,12 +162,9 @@ def main(argv=None) -> dict:
     graphnn.manual_seed(args.seed)
     train_set, test_set = digits_datasets(args.seed)
     model = DigitsCNN()
-    optimizer = optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    train_step = graphnn.compile(make_train_step(model, optimizer, nn.CrossEntropyLoss()))
+    train_step = graphnn.compile(make_train_step(model))
     predict = graphnn.compile(model)
-    shuffle = graphnn.Generator().manual_seed(args.seed)
-    train_loader = DataLoader(train_set, batch_size=BATCH_SIZE, shuffle=True, drop_last=True,
-                              generator=shuffle)
+    train_loader = training_loader(train_set, args.seed)
     test_loader = DataLoader(test_set, batch_size=TEST_SIZE // 3)
     print(f"digits: {len(train_set)} training and {len(test_set)} test images; "
           f"{sum(p.numel() for p in model.parameters())} parameters")

@@ -7,8 +7,11 @@ The text is real English that ships with the machine: the GPL-3 under
 /usr/share/common-licenses (Debian's base-files) or, failing that, Python's own LICENSE.txt or
 the Zen of Python (the ``this`` module). Character-level tokens; AdamW; the held-out loss is
 printed as it falls. About 35-40 s of CPU time for the default 200 steps (2-core machine).
+Then the model writes text: one compiled sampling step (forward, temperature, top-k, softmax,
+multinomial) per character, over a fixed-size window so that it compiles once.
 
     python examples/train_lm.py [--steps 200] [--seed 0] [--text PATH]
+                                [--sample-chars 200] [--temperature 0.8] [--top-k 10]
 """
 from __future__ import annotations
 
@@ -80,11 +83,39 @@ def lm_loss(model, inputs, targets):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+def sampling_step(model, temperature: float, top_k: int):
+    """A sampling step to compile: (window (1, T) int64 token ids, last (1,) int64) -> (1, 1)
+    int64, the next token drawn after position ``last`` of the window from the model's logits
+    divided by ``temperature``, kept to the ``top_k`` most likely tokens. Positions after
+    ``last`` are padding: the blocks are causal, so they never reach position ``last``."""
+    def sample_next(window, last):
+        logits = model(window)[0].index_select(0, last) / temperature
+        kth_best = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth_best, float("-inf"))
+        return logits.softmax(dim=-1).multinomial(1)
+    return sample_next
+
+
+def generate(sampler, prompt: list[int], count: int, context: int) -> list[int]:
+    """``prompt`` followed by ``count`` tokens from ``sampler``; each step sees the last
+    ``context`` tokens, right-padded to ``context`` so that every call has the same shapes."""
+    tokens = list(prompt)
+    for _ in range(count):
+        window = tokens[-context:]
+        padded = graphnn.tensor([window + [0] * (context - len(window))])
+        tokens.append(sampler(padded, graphnn.tensor([len(window) - 1])).item())
+    return tokens
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--text", type=str, default=None, help="a UTF-8 text file to train on")
+    parser.add_argument("--sample-chars", type=int, default=200,
+                        help="how many characters to sample after training")
+    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--top-k", type=int, default=10)
     args = parser.parse_args(argv)
 
     graphnn.manual_seed(args.seed)
@@ -122,6 +153,16 @@ def main(argv=None):
         loss.backward()
         nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
+
+    model.eval()
+    top_k = min(args.top_k, len(chars))
+    sampler = graphnn.compile(sampling_step(model, args.temperature, top_k))
+    prompt = text[split:split + context // 2]
+    with graphnn.no_grad():
+        tokens = generate(sampler, [stoi[c] for c in prompt], args.sample_chars, context)
+    print(f"sample (temperature {args.temperature}, top-k {top_k}, compiled "
+          f"{sampler.compiles} time(s)), prompt in brackets:")
+    print(f"[{prompt}]" + "".join(chars[t] for t in tokens[len(prompt):]))
 
 
 if __name__ == "__main__":
