@@ -7,7 +7,7 @@ import numpy as np
 
 from graphnn.ir import interpret, parse, verify
 
-from compile_helpers import load_numpy_kernel, numpy_source
+from compile_helpers import isolated_cache, load_numpy_kernel, numpy_source  # noqa: F401
 
 MIXED = """graph mixed(%x: f32[64,33], %s: f64[], %y: f64[64,33], %h: f32[]) {
   %0: f32[64,33] = mul(%x, %s)
@@ -68,3 +68,43 @@ def test_gelu_epilogue_in_place_equals_the_reference_bit_for_bit():
                 expected = get_op("gelu").impl(x, approximate="none")
                 assert activate_(got, "gelu") is got
             assert _bits(got) == _bits(expected)
+
+
+def test_gelu_pre_activation_is_computed_once_per_step(isolated_cache):
+    """A compiled training step of a GELU MLP: the fused epilogue's gradient recomputes the
+    pre-activation (a second GEMM); the kernel writes it during the forward GEMM instead
+    (``pre=``) and the backward takes that array. Parameters, gradients' effects and losses
+    equal eager execution bit for bit over several AdamW steps."""
+    import graphnn
+    from graphnn import nn
+
+    def make():
+        graphnn.manual_seed(0)
+        return nn.Sequential(nn.Linear(12, 32), nn.GELU(), nn.Linear(32, 12), nn.GELU(),
+                             nn.Linear(12, 3))
+
+    def trainer(model):
+        opt = graphnn.optim.AdamW(model.parameters(), lr=1e-2)
+
+        def step(x, y):
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss
+        return step
+
+    ours, theirs = make(), make()
+    compiled, eager = graphnn.compile(trainer(ours)), trainer(theirs)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        x = rng.standard_normal((20, 12)).astype(np.float32) * 3
+        y = rng.integers(0, 3, 20)
+        a = compiled(graphnn.tensor(x), graphnn.tensor(y))
+        b = eager(graphnn.tensor(x), graphnn.tensor(y))
+        assert _bits(a.detach().numpy()) == _bits(b.detach().numpy())
+    for (name, p), q in zip(ours.named_parameters(), theirs.parameters()):
+        assert _bits(p.detach().numpy()) == _bits(q.detach().numpy()), name
+    sources = [f.read_text() for f in isolated_cache.rglob("*.py")]
+    step_source = [s for s in sources if "activation='gelu'" in s]
+    assert step_source and all(s.count("pre=b") == 2 for s in step_source)

@@ -191,6 +191,23 @@ class _Context:
         """``node``'s index in the schedule."""
         return self.memory.position[id(node)]
 
+    def recomputed_later(self, node):
+        """The later node of this kernel that computes ``node`` again with activation
+        ``none`` (a fused epilogue's gradient recomputes its pre-activation so), whose result
+        this node may write along the way; None when there is none, or it is a state
+        update."""
+        if node.attrs.get("activation", "none") == "none":
+            return None
+        want = dict(node.attrs, activation="none")
+        names = [v.name for v in node.inputs]
+        for other in self.readers(node.inputs[0]):
+            if other.op == node.op and other.attrs == want and \
+                    [v.name for v in other.inputs] == names and \
+                    self.position(other) > self.position(node) and \
+                    other.outputs[0].name not in self.memory.writes:
+                return other
+        return None
+
     def readers(self, value) -> list:
         """The nodes that read ``value``."""
         return self.memory.readers.get(value.name, [])

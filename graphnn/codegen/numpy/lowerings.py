@@ -257,11 +257,19 @@ def _split(node, args):
 
 
 def _matmul_epilogue(node, args, ctx):
+    """One GEMM and its epilogue. A node whose pre-activation a later node of the kernel
+    computes again (``ctx.recomputed_later``) writes it into a scratch array held for that
+    node (``pre=``), which then takes the array instead of a second GEMM."""
     if not _gemm_ok(node):
         return None
+    held = ctx.memory.take_reserved(node.outputs[0])
+    if held is not None:
+        return Lowered(held, views=True)
+    later = ctx.recomputed_later(node)
+    pre = f", pre={ctx.memory.reserve(later.outputs[0])}" if later is not None else ""
     a, b, bias, residual = _split(node, args)
     return f"_rt.matmul_epilogue({a}, {b}, {bias}, {residual}, " \
-           f"activation={node.attrs['activation']!r}{ctx.out_arg(node)})"
+           f"activation={node.attrs['activation']!r}{ctx.out_arg(node)}{pre})"
 
 
 def _geometry(node) -> str:

@@ -72,6 +72,7 @@ class Placement:
         self.alias: dict[str, set] = {}  # value name -> slots it may view
         self.holders: dict = {}  # slot (scratch index, or plan buffer name) -> values viewing it
         self.direct: dict[str, object] = {}  # value name -> the slot it was written into
+        self.reserved: dict[str, int] = {}  # value name -> scratch slot written ahead of it
         self.sizes = {b.name: b.nbytes for b in plan.buffers} if plan is not None else {}
 
     def _viewed_by(self, value):
@@ -110,6 +111,22 @@ class Placement:
                 self.specs.append(spec)
                 self.holders[chosen] = set()
         return self._take(value, chosen, f"b{chosen}")
+
+    def reserve(self, value) -> str:
+        """A scratch array for ``value``, written ahead of its own statement (by an earlier
+        one, which computes it along the way) and held for it until then; ``take_reserved``
+        binds it when its statement comes. Its identifier ``bK``."""
+        slot = len(self.specs)
+        self.specs.append((tuple(value.type.shape), value.type.dtype.np.name))
+        self.holders[slot] = {value.name}
+        self.reserved[value.name] = slot
+        return f"b{slot}"
+
+    def take_reserved(self, value) -> str | None:
+        """The identifier of the array ``reserve`` set aside for ``value`` (now its home, freed
+        after its last read as any scratch), or None when none was."""
+        slot = self.reserved.pop(value.name, None)
+        return None if slot is None else self._take(value, slot, f"b{slot}")
 
     def _take(self, value, slot, ident) -> str:
         self.direct[value.name] = slot

@@ -16,7 +16,7 @@ from graphnn.ir.dtypes import as_dtype, dtype_from_name
 from graphnn.ir.errors import IndexError_
 from graphnn.ir.ops.pool import first_taps_inside
 
-from .common import epilogue_, fresh, scratch
+from .common import activate_, epilogue_, fresh, scratch
 from .conv import conv2d, conv2d_input_grad, conv2d_weight_grad  # noqa: F401
 from .parallel import split
 
@@ -91,8 +91,16 @@ def slice_scatter(base, src, key, out=None):
 
 # ---- contractions --------------------------------------------------------------------------------
 
-def matmul_epilogue(a, b, bias=None, residual=None, *, activation="none", out=None):
-    """One GEMM (leading dims of ``a`` folded into M when ``b`` is 2-D) + in-place epilogue."""
+def matmul_epilogue(a, b, bias=None, residual=None, *, activation="none", out=None, pre=None):
+    """One GEMM (leading dims of ``a`` folded into M when ``b`` is 2-D) + in-place epilogue.
+    ``pre``: an array that receives the pre-activation (GEMM, bias and residual), from which
+    the activation is then applied into ``out``."""
+    if pre is not None:
+        matmul_epilogue(a, b, bias, residual, out=pre)
+        if out is None:
+            out = np.empty(pre.shape, pre.dtype)
+        np.copyto(out, pre)
+        return activate_(out, activation)
     if a.ndim >= 2 and b.ndim == 2:
         rows = int(np.prod(a.shape[:-1]))
         a2 = a.reshape(rows, a.shape[-1])
