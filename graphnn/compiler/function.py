@@ -26,11 +26,10 @@ the whole function becomes one kernel (``step``): a compiled training step.
 Falls back to eager, with a warning that says why, when: compiling fails (trace refused, an op
 without a lowering...), the signature count passes ``recompile_limit``, a module has hooks
 (hooks of the compiled module itself run around the compiled forward as usual), the forward
-assigns module attributes, runs an op with a random seed inside (attention dropout), or takes
-device tensors it cannot compile for (spread over devices, a host backend named, or
-``dynamic=True``). Calls on cuda tensors compile with the Triton backend by default.
-Random values made by creation ops (``rand``, as dropout uses) become graph inputs drawn per
-call with fresh seeds, in the order eager draws them. Several differentiable outputs
+assigns module attributes, or takes device tensors it cannot compile for (spread over
+devices, a host backend named, or ``dynamic=True``). Calls on cuda tensors compile with the Triton backend by default.
+The seeds of random ops (``rand``, as dropout uses; a fused attention's dropout) become graph
+inputs drawn fresh per call, in the order eager draws them. Several differentiable outputs
 (attention's output and weights) are differentiated together as a vector-Jacobian product. A
 recompile is logged on the "graphnn" logger (INFO) and kept in ``recompile_reasons``.
 """
@@ -51,7 +50,7 @@ from . import stages
 from . import step as compiled_step
 from .dynamic_batch import PROBE_SIZES, DynamicBatch, EveryBatch, program_text
 from .entry import Entry
-from .random_inputs import RandomInputs, has_seeded_ops, lift_random
+from .random_inputs import RandomInputs, lift_random
 from .results import detached, result_template
 from .step_state import StepState
 from .training import TapeBackward
@@ -91,7 +90,7 @@ class _Staged:
     ``make(artifacts, random)``, which builds the signature's entry around their kernels."""
 
     random: RandomInputs
-    graph: object  # the traced graph (random values lifted), before any pass
+    graph: object  # the traced graph (random seeds lifted), before any pass
     build: object  # () -> (stages.Built, make)
     slots: object = None  # a whole step's ``step.SlotChanges`` (None: not a step)
     backend: object = None  # the ``Backend`` its kernels are generated for
@@ -422,7 +421,7 @@ class CompiledFunction:
         return entry
 
     def _trace(self, args, kwargs, holder):
-        """Trace one call: (its graph with random values lifted, their ``RandomInputs``, for a
+        """Trace one call: (its graph with random seeds lifted, their ``RandomInputs``, for a
         training step its backward request and slot changes, else None, and the optimizers'
         hyper-parameter inputs, ``HyperInputs``)."""
         step = None
@@ -439,9 +438,6 @@ class CompiledFunction:
         if traced.backward is not None or changes.rebound or changes.cleared:
             step = traced.backward, changes
         graph, random = lift_random(graph)
-        if has_seeded_ops(graph):
-            raise RuntimeError("the forward draws random numbers inside an op (attention "
-                               "dropout); compiled code does not draw fresh seeds for it yet")
         return graph, random, step, hypers
 
     def _staged(self, sig, args, kwargs, tensors) -> _Staged:

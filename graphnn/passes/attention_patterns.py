@@ -103,7 +103,7 @@ class Attention:
     causal: bool = False
     scale: float = 1.0
     walk_scale: float = 1.0  # product of the scales met so far on the way down from softmax
-    dropout: tuple = (0.0, None)  # (p, seed)
+    dropout: tuple = (0.0, None, None)  # (p, seed attribute, seed input: the rand op's)
     kv_groups: int = 1
     guarded: bool = False  # rows with no key give 0 (the where-pair), not NaN (plain softmax)
     probs: Node | None = None  # the softmax
@@ -179,7 +179,7 @@ def step_dropout(m: Attention, value: Value, consts: Constants):
     tolerance = 8 * finfo(probs.type.dtype).eps
     if not 0 < p < 1 or not math.isclose(scale, 1 / (1 - p), rel_tol=tolerance):
         return probs, f"dropout scales by {scale!r}, not 1/(1-p) for p = {p!r}"
-    m.dropout = (p, drawn.attrs["seed"])
+    m.dropout = (p, drawn.attrs["seed"], drawn.inputs[0] if drawn.inputs else None)
     return probs, None
 
 

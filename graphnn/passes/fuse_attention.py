@@ -124,7 +124,7 @@ def check_users(m: Attention, users: dict, roots: set, live: set) -> list:
 
 
 def fused_attrs(m: Attention) -> dict:
-    p, seed = m.dropout
+    p, seed, _ = m.dropout
     return {"scale": m.scale, "causal": m.causal, "has_mask": bool(m.masks), "dropout_p": p,
             "seed": seed, "kv_groups": m.kv_groups, "safe_softmax": m.guarded}
 
@@ -141,7 +141,8 @@ def _mask_source(mask: Mask):
 
 
 def _fused_inputs(m: Attention) -> list:
-    return [m.q, m.k, m.v] + [_mask_source(x) for x in m.masks]
+    seed = m.dropout[2]
+    return [m.q, m.k, m.v] + [_mask_source(x) for x in m.masks] + ([seed] if seed else [])
 
 
 def _live_nodes(graph: Graph, plans: dict) -> set:
@@ -182,8 +183,9 @@ def emit_attention(rw: Rewriter, m: Attention) -> None:
     if m.k_dims is not None:
         k = rw.call("permute", k, like=like, dims=m.k_dims)
     mask = _emit_mask(rw, m)
-    out = rw.call(NAME, rw.value(m.q), k, rw.value(m.v), *([mask] if mask is not None else []),
-                  like=like, **fused_attrs(m))
+    seed = m.dropout[2]
+    extra = ([mask] if mask is not None else []) + ([rw.value(seed)] if seed else [])
+    out = rw.call(NAME, rw.value(m.q), k, rw.value(m.v), *extra, like=like, **fused_attrs(m))
     rw.bind(m.anchor.outputs[0], out)
 
 

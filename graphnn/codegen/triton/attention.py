@@ -30,9 +30,16 @@ and sm90); float32 products take ``gemm.dot_precision`` (exact, or TF32 under
 ``set_float32_matmul_precision("high")``). The GPU form keeps 16-bit q, k and v 16-bit for
 ``tl.dot`` and rounds the probabilities to v's dtype for ``p @ v`` (tensor cores); the
 interpreter form upcasts them after the load. Head dims are padded to a power of two (at least
-16, ``tl.dot``'s least) with masked loads. Dropout raises ``Unlowered``: the node then runs its
-registry implementation on the host (with random numbers in kernels, the keep mask would be
-``tl.rand(seed, flat index in the scores' shape) >= p``, as the reference draws it).
+16, ``tl.dot``'s least) with masked loads.
+
+Dropout with a seed input is drawn in-kernel (``Operands.dropout``): score element ``i`` (its
+flat index in the scores' shape (..., Hq, T, S)) keeps its probability when the uniform number
+of ``tl.randint4x(seed, i)`` on q's dtype's mantissa grid is at least ``p`` (rounded to q's
+dtype), exactly as the ``rand`` op's device kernel draws it (``random.py``), so the result
+equals ``rand(scores shape, seed) >= p`` drawn by that kernel, and the backward draws the same
+mask again. The row sums ``l`` take every probability; the kept ones, times 1 / (1 - p), meet
+v. A seed *attribute* raises ``Unlowered``: the node runs its registry implementation on the
+host (the host stream of that seed).
 
 ``attention`` is the template of ``KernelKind.ATTENTION``: it dispatches the forward here and
 the backward's two ops (``attention_backward.py``), which build on the pieces below.
@@ -41,12 +48,16 @@ from __future__ import annotations
 
 import math
 
-from graphnn.ir.ops.attention import NAME
+import numpy as np
+
+from graphnn.ir.dtypes import compute_np
+from graphnn.ir.ops.attention import NAME, seed_index
 from graphnn.ir.ops.attention_backward import BACKWARD, STATS
 
 from .gemm import dot_precision
 from .kernels import Blocks, KernelBody, Launch, aligned_strides, launch_of, next_pow2
 from .ops import ROUNDED, Unlowered, compute, number
+from .random import _INT32_LIMIT, _uniform  # the rand kernel's offsets and uniforms
 
 ATTENTION_OPS = frozenset({NAME, STATS, BACKWARD})
 NINF = '-float("inf")'
@@ -136,12 +147,40 @@ class Operands:
             body.emit(f"s = s + {body.cast(m, acc_type, acc_type)}")
         return "s"
 
+    def dropout(self, row_vars: str, col_vars: str) -> str | None:
+        """Emit ``drop``, the dropout factor (1 / (1 - p) where kept, else 0, in the
+        accumulation dtype) of the scores at ``row_vars`` x ``col_vars`` of the program's batch
+        entry, drawn from the seed input as the ``rand`` kernel draws element ``i`` of the
+        scores' shape; returns ``"drop"``, or None without dropout."""
+        attrs = self.node.attrs
+        p = attrs["dropout_p"]
+        if not p:
+            return None
+        body, batch, t, s = self.body, self.batch, self.t, self.s
+        dtype = self.node.inputs[0].type.dtype
+        wide = math.prod(batch) * t * s >= _INT32_LIMIT  # offsets in int64, as the rand kernel
+
+        def index(x: str) -> str:
+            return f"{x}.to(tl.int64)" if wide else x
+        terms = [f"{index(f'b{d}')} * {math.prod(batch[d + 1:]) * t * s}"
+                 for d in range(len(batch)) if batch[d] > 1]
+        flat = body.tmp(" + ".join(terms + [f"{index(row_vars)} * {s}", col_vars]))
+        seed = f"tl.load(in{self.unit.read_index(self.node.inputs[seed_index(attrs)])})"
+        body.emit(f"r0, r1, r2, r3 = tl.randint4x({seed}, {flat})")
+        drawn = _uniform(body, ["r0", "r1"], dtype)
+        threshold = float(np.asarray(p, dtype.np))  # rand >= p compares in q's dtype
+        scale = number(float(np.asarray(1.0 / (1.0 - p), compute_np(dtype.np))))
+        # the keep mask in the accumulation dtype, so that the scale is made in it, exact
+        body.emit(f"drop = ({drawn} >= {threshold!r}).to({compute(dtype)}) * {scale}")
+        return "drop"
+
 
 def check(node) -> str:
     """The accumulation dtype of an attention node (forward, stats or backward) the templates
-    lower; ``Unlowered`` for dropout (the host runs it)."""
-    if node.attrs["dropout_p"]:
-        raise Unlowered("attention with dropout (no random numbers in kernels yet)")
+    lower; ``Unlowered`` for dropout with a seed attribute (the host stream of that seed)."""
+    if node.attrs["dropout_p"] and node.attrs["seed"] is not None:
+        raise Unlowered("attention with dropout seeded by an attribute (the host stream of "
+                        "that seed; a seed input is drawn in-kernel)")
     return compute(node.outputs[0].type.dtype)
 
 
@@ -245,7 +284,9 @@ def forward(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     online_softmax_step(body, key_loop(ops, qb, acc_type))
     vb = ops.load(v, "cols[:, None]", "dv[None, :]", "cmask[:, None] & emask[None, :]",
                   grouped=True)
-    body.emit(f"acc = acc * alpha[:, None] + tl.dot({dot_operand(body, 'p', v)}, {vb}, "
+    drop = ops.dropout("rows[:, None]", "cols[None, :]")
+    kept = "p" if drop is None else body.tmp(f"p * {drop}")
+    body.emit(f"acc = acc * alpha[:, None] + tl.dot({dot_operand(body, kept, v)}, {vb}, "
               f"out_dtype={acc_type}{dot_precision(acc_type)})")
     body.emit("m_i = m_new")
     body.indent -= 1

@@ -24,8 +24,11 @@ Both run in the attention's accumulation dtype (float32; float64 for float64), 1
 kept 16-bit for ``tl.dot`` on a GPU (P and dS rounded to 16 bits for their products, as in the
 forward). Lowered when q, k, v and g have the scores' batch dims (k and v with ``Hq /
 kv_groups`` heads: no broadcast batch dim, whose gradient would be summed across programs); a
-mask may broadcast. Dropout, broadcast batch dims, and an output only some programs could write
-raise ``Unlowered`` (the node runs on the host). A row with no key gives P = 0 with a safe
+mask may broadcast. Dropout with a seed input draws its keep mask in-kernel again, as the
+forward does (``attention.Operands.dropout``): the stats take ``dP = g vᵀ · drop``, the
+backward dV from ``P · drop`` and dS from ``dP · drop``. Dropout with a seed attribute, broadcast
+batch dims, and an output only some programs could write raise ``Unlowered`` (the node runs on
+the host). A row with no key gives P = 0 with a safe
 softmax over a mask and NaN otherwise, as the reference's ``_probabilities``.
 """
 from __future__ import annotations
@@ -71,7 +74,8 @@ def stats(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     vt = ops.load(v, "cols[None, :]", "dv[:, None]", "emask[:, None] & cmask[None, :]",
                   grouped=True)
     body.emit(f"dp = tl.dot({gb}, {vt}, out_dtype={acc_type}{dot_precision(acc_type)})")
-    body.emit("c_i = c_i * alpha + tl.sum(p * dp, 1)")
+    drop = ops.dropout("rows[:, None]", "cols[None, :]")
+    body.emit(f"c_i = c_i * alpha + tl.sum(p * dp{'' if drop is None else f' * {drop}'}, 1)")
     body.emit("m_i = m_new")
     body.indent -= 1
     empty = "c_i" if _safe(node) or ops.s == 0 else 'float("nan")'  # c_i: 0, or NaN
@@ -119,17 +123,21 @@ class _Backward:
             rows.append(body.tmp(body.cast(x, acc, acc)))
         return qb, gb, rows[0], rows[1]
 
-    def score_gradient(self, scores: str, gb: str, lse: str, delta: str) -> None:
+    def score_gradient(self, scores: str, gb: str, lse: str, delta: str) -> str:
         """Emit ``p`` (the probabilities from ``lse``) and ``ds`` (0 at hidden keys) of the
-        block whose masked ``scores`` (and ``keep``) were just emitted."""
+        block whose masked ``scores`` (and ``keep``) were just emitted; with dropout, dP is
+        taken times the dropout factor ``drop`` (drawn again, as the forward drew it). Returns
+        the probabilities that met v in the forward (``p``, or ``p`` times ``drop``)."""
         body = self.body
         body.emit(f"p = tl.exp({scores} - {lse}[:, None])")
         if _safe(self.node):
             body.emit(f"p = tl.where(({lse} == {NINF})[:, None], 0.0, p)")
         vt = self.ops.load(self.v, "cols[None, :]", "dv[:, None]",
                            "emask[:, None] & cmask[None, :]", grouped=True)
-        body.emit(f"dp = {self.dot(gb, vt)}")
+        drop = self.ops.dropout("rows[:, None]", "cols[None, :]")
+        body.emit(f"dp = {self.dot(gb, vt)}{'' if drop is None else f' * {drop}'}")
         body.emit(f"ds = tl.where(keep, p * (dp - {delta}[:, None]), 0.0)")
+        return "p" if drop is None else body.tmp(f"p * {drop}")
 
     def dot(self, a: str, b: str) -> str:
         return f"tl.dot({a}, {b}, out_dtype={self.acc}{dot_precision(self.acc)})"
@@ -165,8 +173,8 @@ class _Backward:
         qb, gb, lse, delta = self.row_inputs()
         scores = ops.scores(qb, kt, self.acc, "rows[:, None]", "cols[None, :]",
                             "rmask[:, None] & cmask[None, :]")
-        self.score_gradient(scores, gb, lse, delta)
-        p, ds = dot_operand(body, "p", self.g), dot_operand(body, "ds", self.q)
+        kept = self.score_gradient(scores, gb, lse, delta)
+        p, ds = dot_operand(body, kept, self.g), dot_operand(body, "ds", self.q)
         body.emit(f"dv_acc += {self.dot(f'tl.trans({p})', gb)}")
         body.emit(f"dk_acc += {self.dot(f'tl.trans({ds})', qb)}")
         body.indent -= 2 if ops.groups > 1 else 1

@@ -13,7 +13,10 @@ whose keys are all masked gives zeros (value and gradient), as PyTorch's CPU ker
 it the softmax is the plain one and such a row gives NaN, as a hand-written
 ``softmax(masked_fill(s, mask, -inf))`` does (the fusion pass keeps what it replaced). Dropout (``dropout_p``) draws its keep mask
 ``rand(scores shape, seed) >= p`` exactly as the frontend's dropout does, so a fused graph
-reproduces the unfused one.
+reproduces the unfused one. Its seed is, as the ``rand`` op's, either the ``seed`` attribute or
+(attribute None) the last input, a 0-d int64 tensor (``q, k, v[, mask][, seed]``): compiled
+code draws that input per call, and a kernel reads it at run time. The reference draws the
+host stream of the seed either way; the Triton kernels draw the device stream in-kernel.
 
 The gradient rule emits two fused ops (``attention_backward.py``): the rows' statistics
 (log-sum-exp of the masked scores, rowsum(dP ⊙ P)) and the backward reading them, which a
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import bool_, compute_np, from_numpy_dtype
+from ..dtypes import bool_, compute_np, from_numpy_dtype, int64
 from ..errors import AttributeError_, DTypeError, ShapeError
 from ..registry import Attr, OpDef, OpGroup, get_op, register
 from ..types import TensorType
@@ -60,20 +63,34 @@ def _batch_shape(q, k, v, groups: int) -> tuple:
     return broadcast_shapes(NAME, [q.shape[:-3], k.shape[:-3], v.shape[:-3]]) + (q.shape[-3],)
 
 
-def _check_attrs(n_inputs, *, has_mask, dropout_p, seed, kv_groups, **_):
-    if n_inputs != 3 + has_mask:
-        raise AttributeError_(f"{NAME}: has_mask={has_mask} expects {3 + has_mask} inputs, got "
-                              f"{n_inputs}")
+def seed_index(attrs) -> int | None:
+    """The position of the seed input (after q, k, v and the mask), or None: there is one when
+    the op drops out and has no seed attribute."""
+    return 3 + attrs["has_mask"] if attrs["dropout_p"] and attrs["seed"] is None else None
+
+
+def forward_arity(attrs) -> int:
+    """The number of the forward's inputs: q, k, v[, mask][, seed]."""
+    return 3 + attrs["has_mask"] + (seed_index(attrs) is not None)
+
+
+def _check_attrs(types, *, has_mask, dropout_p, seed, kv_groups, **_):
     if not 0.0 <= dropout_p < 1.0:
         raise AttributeError_(f"{NAME}: dropout_p must be in [0, 1), got {dropout_p}")
-    if dropout_p > 0 and seed is None:
-        raise AttributeError_(f"{NAME}: dropout_p={dropout_p} needs a seed")
+    at = seed_index({"has_mask": has_mask, "dropout_p": dropout_p, "seed": seed})
+    expected = 3 + has_mask + (at is not None)
+    if len(types) != expected:
+        what = "q, k, v" + (", mask" if has_mask else "") + (", seed" if at is not None else "")
+        raise AttributeError_(f"{NAME}: has_mask={has_mask}, dropout_p={dropout_p} and "
+                              f"seed={seed} expect {expected} inputs ({what}), got {len(types)}")
+    if at is not None and (types[at].shape != () or types[at].dtype != int64):
+        raise DTypeError(f"{NAME}: the seed input must be a 0-d int64 tensor, got {types[at]}")
     if kv_groups < 1:
         raise AttributeError_(f"{NAME}: kv_groups must be at least 1, got {kv_groups}")
 
 
 def _infer(types, **attrs):
-    _check_attrs(len(types), **attrs)
+    _check_attrs(types, **attrs)
     q, k, v = types[:3]
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.ndim < 2:
@@ -107,8 +124,11 @@ def keep_mask(shape, dtype, p: float, seed: int) -> np.ndarray:
     return drawn >= np.asarray(p, dtype.np)
 
 
-def _attention(q, k, v, mask=None, *, scale, causal, has_mask, dropout_p, seed, kv_groups,
+def _attention(q, k, v, *rest, scale, causal, has_mask, dropout_p, seed, kv_groups,
                safe_softmax):
+    mask = rest[0] if has_mask else None
+    if seed is None and dropout_p:
+        seed = int(rest[-1])
     dtype = from_numpy_dtype(q.dtype)
     compute = compute_np(q.dtype)
     q, k, v = (x.astype(compute, copy=False) for x in (q, k, v))
@@ -193,13 +213,18 @@ def _probabilities(b, ctx, s, keep):
     return b.where(empty, zero, b.softmax(b.where(empty, zero, s), dim=-1))
 
 
-def _dropout_factor(b, ctx, like):
-    """keep / (1 - p) with the forward's keep mask (same seed and shape), or None."""
-    p = ctx.attrs["dropout_p"]
+def dropout_factor(b, ctx, like):
+    """keep / (1 - p) in ``like``'s dtype, with the keep mask ``rand(like's shape, seed) >= p``
+    drawn in q's dtype (as the frontend's dropout draws it: the same seed, attribute or input,
+    gives the same mask in the forward, its decomposition and the backward), or None."""
+    attrs = ctx.attrs
+    p = attrs["dropout_p"]
     if not p:
         return None
-    dt, drawn_dt = b.dtype(like), ctx.input_types[0].dtype  # drawn as the forward draws
-    drawn = b.rand(shape=b.shape(like), dtype=drawn_dt, seed=ctx.attrs["seed"])
+    dt, drawn_dt = b.dtype(like), ctx.input_types[0].dtype
+    at = seed_index(attrs)
+    seed = [] if at is None else [ctx.input(at)]
+    drawn = b.rand(*seed, shape=b.shape(like), dtype=drawn_dt, seed=attrs["seed"])
     keep = b.cast(b.ge(drawn, b.scalar(p, drawn_dt)), dtype=dt)
     return b.mul(keep, b.scalar(1.0 / (1.0 - p), dt))
 
@@ -237,7 +262,7 @@ def row_statistics(b, ctx, g):
     q, k, v, g = (upcast(b, x) for x in (ctx.input(0), ctx.input(1), ctx.input(2), g))
     s, keep = _masked_scores(b, ctx, q, _repeat_heads(b, k, groups))
     p = _probabilities(b, ctx, s, keep)
-    dp = _score_gradient(b, g, _repeat_heads(b, v, groups), _dropout_factor(b, ctx, p))
+    dp = _score_gradient(b, g, _repeat_heads(b, v, groups), dropout_factor(b, ctx, p))
     delta = b.sum(b.mul(dp, p), dims=(-1,), keepdim=False)
     return b.logsumexp(s, dims=(-1,), keepdim=False), delta
 
@@ -253,7 +278,7 @@ def gradients(b, ctx, g, mask_only=False) -> dict:
     k_rep, v_rep = _repeat_heads(b, k, groups), _repeat_heads(b, v, groups)
     s, keep = _masked_scores(b, ctx, q, k_rep)
     p = _probabilities(b, ctx, s, keep)
-    drop = _dropout_factor(b, ctx, p)
+    drop = dropout_factor(b, ctx, p)
     out = {}
     if not mask_only:
         used = p if drop is None else b.mul(p, drop)
@@ -292,15 +317,14 @@ def _decompose_attention(b, ctx):
     k, v = _repeat_heads(b, k, attrs["kv_groups"]), _repeat_heads(b, v, attrs["kv_groups"])
     s, _ = _masked_scores(b, ctx, q, k)  # a float16 float mask is added in float32
     p = _reference_probabilities(b, ctx, s)
-    if attrs["dropout_p"]:
-        drawn = b.rand(shape=b.shape(p), dtype=dt, seed=attrs["seed"])
-        keep = b.cast(b.ge(drawn, b.scalar(attrs["dropout_p"], dt)), dtype=b.dtype(p))
-        p = b.mul(b.mul(p, keep), b.scalar(1.0 / (1.0 - attrs["dropout_p"]), b.dtype(p)))
+    drop = dropout_factor(b, ctx, p)
+    if drop is not None:
+        p = b.mul(p, drop)
     return [as_dtype(b, b.matmul(p, v), dt)]
 
 
 register(OpDef(name=NAME, group=OpGroup.FUSED, infer=_infer, impl=_attention,
-               grad=_grad_attention, attrs=ATTRS, arity=(3, 4), decompose=_decompose_attention,
+               grad=_grad_attention, attrs=ATTRS, arity=(3, 5), decompose=_decompose_attention,
                doc="dropout(softmax(q kᵀ · scale + mask)) v with causal, GQA and dropout"))
 
 

@@ -1,20 +1,21 @@
 """The fused backward of ``scaled_dot_product_attention``: two ops its gradient rule emits.
 
-- ``scaled_dot_product_attention_stats(q, k, v[, mask], g) -> (lse, delta)``: per query row
-  (..., Hq, T), the log-sum-exp of the masked scores and rowsum(dP ⊙ P) with dP = g vᵀ (times
-  the dropout factor), in float32 for 16-bit operands (float64 for float64). A row with no key
-  has lse -inf. Not differentiable: only the backward reads it, and takes no gradient through
-  it.
-- ``scaled_dot_product_attention_backward(q, k, v[, mask], g, lse, delta) -> (dq, dk, dv)``:
-  the gradients of q, k and v (their shapes: GQA groups and broadcast batch dims summed) for the
-  output gradient ``g``, exactly as the registry-op gradient rule computes them
+- ``scaled_dot_product_attention_stats(q, k, v[, mask][, seed], g) -> (lse, delta)``: per
+  query row (..., Hq, T), the log-sum-exp of the masked scores and rowsum(dP ⊙ P) with dP = g
+  vᵀ (times the dropout factor), in float32 for 16-bit operands (float64 for float64). A row
+  with no key has lse -inf. Not differentiable: only the backward reads it, and takes no
+  gradient through it.
+- ``scaled_dot_product_attention_backward(q, k, v[, mask][, seed], g, lse, delta) -> (dq, dk,
+  dv)``: the gradients of q, k and v (their shapes: GQA groups and broadcast batch dims summed)
+  for the output gradient ``g``, exactly as the registry-op gradient rule computes them
   (``attention.gradients``: the probabilities recomputed with a softmax, in q's dtype).
   ``lse`` and ``delta`` must be the stats op's results for the same operands: a flash kernel
   reads them instead of recomputing the rows' softmax; the reference implementation and the
   decomposition do not read them (so a backend that decomposes the pair keeps today's numbers,
   and dead-code elimination drops the stats).
 
-Both take the forward's attributes. Their reference implementations run their decompositions
+Both take the forward's attributes and inputs (a dropout seed input included: they draw the
+forward's keep mask again from it). Their reference implementations run their decompositions
 through the interpreter (the numbers the registry ops give); the backward's own gradient (the
 attention's second order) is reverse mode through its decomposition's registry ops.
 """
@@ -145,12 +146,12 @@ register(OpDef(name=STATS, group=OpGroup.FUSED, infer=_infer_stats,
                impl=_by_decomposition(STATS, _infer_stats, _decompose_stats),
                grad=NotDifferentiable("the rows' statistics only feed the attention's "
                                       "backward, which takes no gradient through them"),
-               attrs=ATTRS, arity=(4, 5), num_outputs=2, decompose=_decompose_stats,
+               attrs=ATTRS, arity=(4, 6), num_outputs=2, decompose=_decompose_stats,
                doc="the rows' log-sum-exp of the masked scores and rowsum(dP ⊙ P) of an "
                    "attention's backward"))
 register(OpDef(name=BACKWARD, group=OpGroup.FUSED, infer=_infer_backward,
                impl=_by_decomposition(BACKWARD, _infer_backward, _decompose_backward),
-               grad=_grad_backward, attrs=ATTRS, arity=(6, 7), num_outputs=3,
+               grad=_grad_backward, attrs=ATTRS, arity=(6, 8), num_outputs=3,
                decompose=_decompose_backward,
                doc="dq, dk, dv of scaled_dot_product_attention for an output gradient (lse and "
                    "delta from scaled_dot_product_attention_stats, for flash kernels)"))
