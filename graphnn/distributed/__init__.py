@@ -9,8 +9,10 @@ are built on them. See docs/distributed.md.
 from . import functional
 from .collectives import ReduceOp, Work, all_gather, all_reduce, barrier, broadcast
 from .process_group import (DistributedError, destroy_process_group, get_backend, get_rank,
-                            get_world_size, init_process_group, is_available, is_initialized)
+                            get_world_size, init_process_group, is_available, is_initialized,
+                            new_group)
 
 __all__ = ["DistributedError", "ReduceOp", "Work", "all_gather", "all_reduce", "barrier",
            "broadcast", "destroy_process_group", "functional", "get_backend", "get_rank",
-           "get_world_size", "init_process_group", "is_available", "is_initialized"]
+           "get_world_size", "init_process_group", "is_available", "is_initialized",
+           "new_group"]

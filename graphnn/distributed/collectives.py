@@ -59,15 +59,15 @@ class Work:
     """An asynchronous collective (``async_op=True``): ``wait()`` blocks until it is done and
     writes its results into the graphnn tensors."""
 
-    def __init__(self, work, what, finish):
-        self._work, self._what, self._finish = work, what, finish
+    def __init__(self, work, what, finish, group):
+        self._work, self._what, self._finish, self._group = work, what, finish, group
 
     def wait(self) -> bool:
         if self._work is not None:
             try:
                 self._work.wait()
             except RuntimeError as err:
-                raise describe_failure(self._what, err) from err
+                raise describe_failure(self._what, err, self._group) from err
             self._work = None
             self._finish()
         return True
@@ -76,13 +76,14 @@ class Work:
         return self._work is None or self._work.is_completed()
 
 
-def _run(what, launch, finish, async_op):
-    """Launch a torch collective (``launch(async_op)``) and finish it now or in ``wait()``."""
+def _run(what, launch, finish, async_op, group):
+    """Launch a torch collective (``launch(async_op)``) on ``group`` and finish it now or in
+    ``wait()``."""
     try:
         work = launch(async_op)
     except RuntimeError as err:
-        raise describe_failure(what, err) from err
-    handle = Work(work if async_op else None, what, finish)
+        raise describe_failure(what, err, group) from err
+    handle = Work(work if async_op else None, what, finish, group)
     if not async_op:
         finish()
         return None
@@ -111,7 +112,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
             shared.torch.div_(dist.get_world_size(group))
         shared.finish()
     return _run("all_reduce", lambda a: dist.all_reduce(shared.torch, torch_op, group, a),
-                finish, async_op)
+                finish, async_op, group)
 
 
 def broadcast(tensor, src: int, group=None, async_op: bool = False):
@@ -119,7 +120,8 @@ def broadcast(tensor, src: int, group=None, async_op: bool = False):
     dist = _require_group()
     shared = _Shared(tensor, "broadcast")
     return _run(f"broadcast from rank {src}",
-                lambda a: dist.broadcast(shared.torch, src, group, a), shared.finish, async_op)
+                lambda a: dist.broadcast(shared.torch, src, group, a), shared.finish, async_op,
+                group)
 
 
 def all_gather(tensor_list, tensor, group=None, async_op: bool = False):
@@ -134,10 +136,10 @@ def all_gather(tensor_list, tensor, group=None, async_op: bool = False):
             out.finish()
     return _run("all_gather",
                 lambda a: dist.all_gather([o.torch for o in outs], source.torch, group, a),
-                finish, async_op)
+                finish, async_op, group)
 
 
 def barrier(group=None, async_op: bool = False):
     """Wait until every rank of ``group`` reaches its barrier (bounded by the timeout)."""
     dist = _require_group()
-    return _run("barrier", lambda a: dist.barrier(group, a), lambda: None, async_op)
+    return _run("barrier", lambda a: dist.barrier(group, a), lambda: None, async_op, group)

@@ -19,7 +19,7 @@ import os
 from ..frontend.device import device as _device
 from ..ir.errors import GraphnnError, UnsupportedError
 
-_STATE = {"timeout": None}
+_TIMEOUTS = {}  # None (the default group) or id(group) -> the timedelta it was given
 
 
 class DistributedError(GraphnnError, RuntimeError):
@@ -80,7 +80,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     dist.init_process_group(backend or _default_backend(device_id), init_method=init_method,
                             timeout=timeout, world_size=world_size, rank=rank, store=store,
                             **kwargs)
-    _STATE["timeout"] = timeout
+    _TIMEOUTS[None] = timeout
 
 
 def _torch_device(device_id):
@@ -119,16 +119,29 @@ def destroy_process_group(group=None) -> None:
     """Leave ``group`` (the default group: every group); a later init starts afresh."""
     _require_group().destroy_process_group(group)
     if group is None:
-        _STATE["timeout"] = None
+        _TIMEOUTS.clear()
+    else:
+        _TIMEOUTS.pop(id(group), None)
 
 
-def describe_failure(what: str, err: Exception) -> DistributedError:
-    """The error a failed collective raises: this rank, the collective, the timeout."""
+def new_group(ranks=None, timeout=None, backend=None):
+    """A process group of ``ranks`` (every rank by default) with its own ``timeout`` (seconds
+    or a ``timedelta``), as ``torch.distributed.new_group``; every rank must call it."""
+    timeout = _as_timedelta(timeout)
+    group = _require_group().new_group(ranks, timeout=timeout, backend=backend)
+    _TIMEOUTS[id(group)] = timeout if timeout is not None else _TIMEOUTS.get(None)
+    return group
+
+
+def describe_failure(what: str, err: Exception, group=None) -> DistributedError:
+    """The error a failed collective on ``group`` raises: this rank, the collective, the
+    group's timeout."""
     dist = _torch_dist()
     rank = dist.get_rank() if dist.is_initialized() else os.environ.get("RANK", "?")
     size = dist.get_world_size() if dist.is_initialized() else os.environ.get("WORLD_SIZE", "?")
-    timeout = _STATE["timeout"]
-    limit = (f"{timeout.total_seconds():g} s (init_process_group's timeout)" if timeout
-             else "torch's default timeout (init_process_group(timeout=...) sets it)")
+    timeout = _TIMEOUTS.get(None if group is None else id(group))
+    source = "init_process_group's" if group is None else "new_group's"
+    limit = (f"{timeout.total_seconds():g} s ({source} timeout)" if timeout
+             else f"torch's default timeout ({source} timeout=... sets it)")
     return DistributedError(f"rank {rank} of {size}: {what} failed: a peer process exited or did "
                             f"not join within {limit}: {err}")

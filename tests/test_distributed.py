@@ -1,0 +1,251 @@
+"""graphnn.distributed, DistributedDataParallel, SyncBatchNorm and DistributedSampler (issue 17).
+
+Multi-process tests launch tests/distributed_worker.py once per rank (RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT in the environment, as torchrun sets them) on gloo, and compare what
+the ranks saved with one process trained on the whole batch, with NumPy, or with PyTorch. One
+job runs several scenarios, so process start-up (torch and graphnn imports) is paid once per
+world size; each job ends with a fault (a rank that raises, a rank that hangs), which must end
+the job within the timeout with errors naming ranks. Every wait of the test is bounded.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import graphnn
+import graphnn.distributed as dist
+from graphnn.nn.parallel import DistributedDataParallel as DDP
+from graphnn.utils.data import DistributedSampler
+
+import distributed_worker as worker
+
+torch = pytest.importorskip("torch")
+WORKER = pathlib.Path(__file__).with_name("distributed_worker.py")
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(world, out_dir, scenarios, wait_s=240):
+    """One process per rank, as torchrun would start them: (return code, stderr) per rank; a
+    rank still running after ``wait_s`` is killed and reported with return code None."""
+    env = dict(os.environ, WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(_free_port()), OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(WORKER), str(out_dir), *scenarios],
+                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for r in range(world)]
+    deadline, results = time.monotonic() + wait_s, []
+    for proc in procs:
+        try:
+            _, err = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+            results.append((proc.returncode, err))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            results.append((None, proc.communicate()[1]))
+    return results
+
+
+def _torchrun(world, out_dir, scenarios, wait_s=240):
+    """``torchrun --nproc-per-node world``: its return code and its (and the workers') output."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(world),
+         "--master-port", str(_free_port()), str(WORKER), str(out_dir), *scenarios],
+        env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True,
+        timeout=wait_s)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _saved(out_dir, world, scenarios, log):
+    missing = [f"{name}.rank{r}" for name in scenarios for r in range(world)
+               if not (out_dir / f"{name}.rank{r}.npz").exists()]
+    assert not missing, f"no results from {missing}:\n{log[-3000:]}"
+    return {(name, r): dict(np.load(out_dir / f"{name}.rank{r}.npz"))
+            for name in scenarios for r in range(world)}
+
+
+def _reference(kind, opt, **kwargs):
+    """One process, the whole batch, the model rank 0 builds."""
+    model = worker.make_model(kind, seed=0)
+    worker.train(model, worker.make_optimizer(opt, model), worker.batches(kind), **kwargs)
+    return worker.state_arrays(model)
+
+
+def _assert_state_close(got: dict, want: dict, prefix=""):
+    for key, value in want.items():
+        np.testing.assert_allclose(got[prefix + key], value, rtol=RTOL, atol=ATOL,
+                                   err_msg=prefix + key)
+
+
+def _check_equivalence(saved, world):
+    for kind in ("mlp", "cnn"):
+        for opt in ("sgd", "adam"):
+            want = _reference(kind, opt)
+            for r in range(world):
+                _assert_state_close(saved["equivalence", r], want, f"{kind}.{opt}.")
+    want = _reference("bn", "sgd")  # plain BatchNorm2d over the whole batch
+    for r in range(world):
+        _assert_state_close(saved["syncbn", r], want)
+
+
+def test_torchrun_three_ranks_train_as_one_process_then_a_hung_rank_ends_the_job(tmp_path):
+    """torchrun, 3 workers: collectives, equivalence, SyncBatchNorm, no drift; then rank 1
+    hangs, the others' all-reduce times out (3 s) and torchrun ends the job naming a rank."""
+    world, scenarios = 3, ["collectives", "equivalence", "syncbn", "drift"]
+    start = time.monotonic()
+    code, log = _torchrun(world, tmp_path, scenarios + ["hang"])
+    assert time.monotonic() - start < 240
+    saved = _saved(tmp_path, world, scenarios, log)
+    assert code != 0
+    assert "DistributedError: rank 0 of 3: all_reduce failed" in log
+    assert "within 3 s (new_group's timeout)" in log
+    assert "Root Cause (first observed failure)" in log
+    assert re.search(r"rank\s+: [02] \(local_rank: [02]\)", log)  # a rank that timed out
+    _check_equivalence(saved, world)
+    values = np.stack([worker.rank_values(r) for r in range(world)])
+    want = {"SUM": values.sum(0), "AVG": values.mean(0), "MAX": values.max(0),
+            "MIN": values.min(0), "PRODUCT": values.prod(0), "bf16": values.sum(0),
+            "int64": values.sum(0), "view": values.sum(0).T, "broadcast": values[-1],
+            "all_gather": values,
+            "grad": np.full((2, 3), 2.0 * sum(r + 1 for r in range(world)), np.float32)}
+    for r in range(world):
+        got = saved["collectives", r]
+        for key, value in want.items():
+            np.testing.assert_allclose(got[key], value, rtol=1e-6, err_msg=key)
+        assert all(int(got[f"{op}.version"]) == 1 for op in ("SUM", "AVG", "MAX", "MIN"))
+        assert got["int64"].dtype == np.int64
+        for other in range(world):  # 20 Adam steps on different data per rank: no drift
+            np.testing.assert_array_equal(saved["drift", r][f"rank{other}"],
+                                          saved["drift", r]["rank0"])
+
+
+def test_two_ranks_train_as_one_process_then_a_raising_rank_ends_the_job(tmp_path):
+    """2 workers: equivalence, SyncBatchNorm, no_sync, checkpoint resume, unused parameters;
+    then rank 1 raises mid-step and rank 0 exits with an error naming its rank."""
+    world = 2
+    scenarios = ["equivalence", "syncbn", "no_sync", "checkpoint", "unused"]
+    start = time.monotonic()
+    (code0, err0), (code1, err1) = _launch(world, tmp_path, scenarios + ["fail"])
+    assert time.monotonic() - start < 240
+    saved = _saved(tmp_path, world, scenarios, err0 + err1)
+    assert code1 not in (0, None) and "[rank1]: RuntimeError: worker 1 failed on purpose" in err1
+    assert code0 not in (0, None), f"the surviving rank did not exit:\n{err0[-2000:]}"
+    assert "DistributedError: rank 0 of 2: all_reduce failed" in err0
+    _check_equivalence(saved, world)
+    accumulated = _reference("mlp", "sgd")  # no_sync micro-batches == the big batch
+    uninterrupted = _reference("mlp", "adam")  # save after 2 steps, resume, 3rd step
+    for r in range(world):
+        _assert_state_close(saved["no_sync", r], accumulated)
+        _assert_state_close(saved["checkpoint", r], uninterrupted)
+        unused = saved["unused", r]
+        assert bool(unused["spare_grad_is_none"])  # no rank used it: grad stays None
+        assert "find_unused_parameters=True" in str(unused["error"])
+    # head_b is used on rank 0 only: the averaged gradient reaches both ranks
+    first, second = saved["unused", 0], saved["unused", 1]
+    assert np.abs(first["head_b_grad"]).max() > 0
+    np.testing.assert_array_equal(first["head_b_grad"], second["head_b_grad"])
+    np.testing.assert_array_equal(first["body_grad"], second["body_grad"])
+
+
+# ---- one process --------------------------------------------------------------------------------
+
+@pytest.fixture
+def world_of_one():
+    dist.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1,
+                            timeout=30)
+    yield
+    dist.destroy_process_group()
+
+
+def test_state_dict_keys_equal_torch_ddp(world_of_one):
+    ours = DDP(worker.make_model("bn", seed=0))
+    tmodel = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3, padding=1), torch.nn.BatchNorm2d(4),
+                                 torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(256, 4))
+    theirs = torch.nn.parallel.DistributedDataParallel(tmodel)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert list(ours.state_dict())[0] == "module.0.weight"
+    assert ours.module is ours._modules["module"]
+
+
+def test_world_of_one_trains_as_the_module(world_of_one):
+    got = DDP(worker.make_model("mlp", seed=0))
+    worker.train(got, worker.make_optimizer("adam", got), worker.batches("mlp"))
+    _assert_state_close(worker.state_arrays(got.module), _reference("mlp", "adam"))
+    assert dist.get_rank() == 0 and dist.get_world_size() == 1 and dist.is_initialized()
+
+
+def test_buckets_reverse_order_cap_and_dtype():
+    from graphnn.nn.parallel.reducer import FIRST_BUCKET_BYTES, assign_buckets
+    sizes = [FIRST_BUCKET_BYTES // 8, FIRST_BUCKET_BYTES // 8, 100, 100, 300, 1]  # float32
+    params = [graphnn.zeros(n) for n in sizes]
+    params[-2] = params[-2].double()
+    # reverse order; a dtype change closes a bucket; the first holds up to 1 MiB, the rest
+    # up to the cap (800 bytes); a parameter over the cap is a bucket of its own
+    assert assign_buckets(params, 800) == [[5], [4], [3, 2], [1], [0]]
+    assert assign_buckets(params[:4], 10 ** 9) == [[3, 2, 1], [0]]
+
+
+def test_buckets_are_reduced_while_the_backward_runs(world_of_one, monkeypatch):
+    from graphnn.nn.parallel import reducer
+    monkeypatch.setattr(reducer, "FIRST_BUCKET_BYTES", 16)
+    model = worker.make_model("mlp", seed=0)
+    ddp = DDP(model, bucket_cap_mb=1e-6)  # one parameter per bucket
+    waiting = []  # parameters not yet ready when each bucket was launched
+    launch = ddp.reducer._launch
+    ddp.reducer._launch = lambda b: (waiting.append(sum(ddp.reducer.missing)), launch(b))
+    x, y = worker.batches("mlp")[0]
+    graphnn.nn.CrossEntropyLoss()(ddp(graphnn.tensor(x)), graphnn.tensor(y)).backward()
+    assert len(waiting) == len(ddp.reducer.buckets) == 4 and max(waiting) > 0
+    want = worker.make_model("mlp", seed=0)
+    graphnn.nn.CrossEntropyLoss()(want(graphnn.tensor(x)), graphnn.tensor(y)).backward()
+    for got, expected in zip(model.parameters(), want.parameters()):
+        np.testing.assert_allclose(got.grad.numpy(), expected.grad.numpy(), rtol=1e-6)
+
+
+def test_no_process_group_is_a_clear_error():
+    assert not dist.is_initialized()
+    with pytest.raises(dist.DistributedError, match="init_process_group"):
+        dist.get_rank()
+    with pytest.raises(dist.DistributedError, match="init_process_group"):
+        DDP(worker.make_model("mlp", seed=0))
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_distributed_sampler_indices_equal_torch(drop_last):
+    from torch.utils.data import DistributedSampler as TorchSampler
+    for n in (0, 1, 5, 10, 11):
+        for replicas in (1, 2, 3, 4):
+            for rank in range(replicas):
+                ours = DistributedSampler(range(n), replicas, rank, shuffle=False,
+                                          drop_last=drop_last)
+                theirs = TorchSampler(range(n), replicas, rank, shuffle=False,
+                                      drop_last=drop_last)
+                assert list(ours) == list(theirs) and len(ours) == len(theirs), (n, replicas)
+
+
+def test_distributed_sampler_shuffles_one_permutation_per_epoch():
+    def shares(epoch, seed=0):
+        samplers = [DistributedSampler(range(10), 3, r, seed=seed) for r in range(3)]
+        for s in samplers:
+            s.set_epoch(epoch)
+        return [list(s) for s in samplers]
+    first = shares(0)
+    assert [len(s) for s in first] == [4, 4, 4]
+    # 10 indices padded to 12 by repeating the permutation's first two: ranks take turns
+    order = [first[k % 3][k // 3] for k in range(12)]
+    assert sorted(order[:10]) == list(range(10)) and order[10:] == order[:2]
+    assert shares(0) == first and shares(1) != first and shares(0, seed=1) != first
+    with pytest.raises(ValueError, match="Invalid rank 3"):
+        DistributedSampler(range(4), 3, 3)
