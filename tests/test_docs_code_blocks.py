@@ -101,6 +101,14 @@ def test_pages_and_markers_are_found():
     assert len(skipped) <= MAX_SKIPPED, skipped
 
 
+def test_readme_commands_are_the_main_job_and_what_ci_runs():
+    (commands,) = [b for b in blocks_of(ROOT / "README.md") if b.lang == "bash" and b.skip]
+    first, second = commands.text.splitlines()
+    assert first == "pip install -e '.[examples]' && python examples/digits_cnn.py"
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert second in ci, "README's test command and .ci/run disagree"
+
+
 def test_block_parser_reads_indented_fences_and_markers(tmp_path):
     page = tmp_path / "p.md"
     page.write_text("text\n- item\n\n  ```python\n  x = 1\n  ```\n"
