@@ -108,3 +108,67 @@ def test_gelu_pre_activation_is_computed_once_per_step(isolated_cache):
     sources = [f.read_text() for f in isolated_cache.rglob("*.py")]
     step_source = [s for s in sources if "activation='gelu'" in s]
     assert step_source and all(s.count("pre=b") == 2 for s in step_source)
+
+
+def _index_put_graph(base, rows, index_shape, dtype):
+    dt = {np.float32: "f32", np.float64: "f64"}[dtype]
+    b = ",".join(map(str, (base, rows)))
+    v = ",".join(map(str, index_shape + (rows,)))
+    i = ",".join(map(str, index_shape))
+    return verify(parse(f"""graph embed_grad(%base: {dt}[{b}], %v: {dt}[{v}], %i: i64[{i}]) {{
+  %0: {dt}[{b}] = index_put(%base, %v, %i) {{dims=[0], accumulate=true}}
+  return %0
+}}"""))
+
+
+def test_accumulated_rows_equal_np_add_at_bit_for_bit():
+    """An embedding-gradient ``index_put`` (repeated and negative indices, values holding
+    -0.0, NaN and infinities, zero and random bases; added in rounds, or by np.add.at where
+    one index repeats more than ``ROW_ROUNDS`` times) equals the interpreter bit for bit; an
+    out-of-bounds index raises the reference's error."""
+    import pytest
+    from graphnn.ir.errors import IndexError_
+    rng = np.random.default_rng(5)
+    for dtype in (np.float32, np.float64):
+        graph = _index_put_graph(7, 5, (6, 40), dtype)
+        source = numpy_source(graph)
+        assert "_rt.index_add_rows(" in source
+        kernel = load_numpy_kernel(source)
+        for base in (np.zeros((7, 5), dtype), -np.zeros((7, 5), dtype),
+                     rng.standard_normal((7, 5)).astype(dtype)):
+            values = (rng.standard_normal((6, 40, 5)) * 1e3).astype(dtype)
+            values[0, :7] = -0.0
+            values[1, 3, 2], values[2, 5, 1], values[3, 0, 0] = np.nan, np.inf, -np.inf
+            index = rng.integers(-7, 7, (6, 40))
+            index[0, :7] = 4  # a row summing only -0.0
+            for rows in (index, np.full_like(index, -2)):  # rounds; one index 240 times
+                expected = interpret(graph, base, values, rows)
+                got = kernel([base, values, rows], {}, {})
+                assert _bits(got) == _bits(expected)
+        with pytest.raises(IndexError_, match="index 7 is out of bounds for dimension 0"):
+            kernel([base, values, np.full((6, 40), 7)], {}, {})
+        with pytest.raises(IndexError_) as caught:
+            interpret(graph, base, values, np.full((6, 40), 7))
+        assert "index 7 is out of bounds for dimension 0" in str(caught.value)
+
+
+def test_cat_of_transposed_operands_is_c_contiguous_and_exact():
+    """``cat`` of transposed views (attention's q, k, v gradients) writes a C-contiguous
+    result, so the reshape after it is a view, and equals the interpreter."""
+    graph = verify(parse("""graph qkv(%q: f32[2,4,6,3], %k: f32[2,4,6,3], %v: f32[2,4,6,3]) {
+  %0: f32[2,6,4,3] = permute(%q) {dims=[0,2,1,3]}
+  %1: f32[2,6,4,3] = permute(%k) {dims=[0,2,1,3]}
+  %2: f32[2,6,4,3] = permute(%v) {dims=[0,2,1,3]}
+  %3: f32[2,6,12,3] = cat(%0, %1, %2) {dim=2}
+  %4: f32[2,6,36] = reshape(%3) {shape=[2,6,36]}
+  %5: f32[2,6,36] = mul(%4, %4)
+  return (%3, %5)
+}"""))
+    source = numpy_source(graph)
+    assert "_rt.cat(" in source and "_op_cat" not in source
+    rng = np.random.default_rng(6)
+    inputs = [_specials(rng, (2, 4, 6, 3), np.float32) for _ in range(3)]
+    got = load_numpy_kernel(source)(inputs, {}, {})
+    expected = interpret(graph, *inputs)
+    assert got[0].flags.c_contiguous
+    assert [_bits(a) for a in got] == [_bits(a) for a in expected]

@@ -11,7 +11,8 @@ generic path calls the registry's reference implementation bound into the genera
 
 Exactness. Elementwise lowerings (ufuncs with ``out=``; ``where`` as a branch-free bit select),
 reductions with ``out=``, softmax, max pooling and its backward, ``scatter_add``
-(``np.add.at`` on flat positions), ``slice_scatter`` and attention compute the same values in the same order as the
+(``np.add.at`` on flat positions), an accumulating ``index_put`` of rows (sorted sums),
+``cat``, ``slice_scatter`` and attention compute the same values in the same order as the
 reference implementations: equal to the interpreter bit for bit. They are emitted only where
 that holds: every data operand has the compute dtype, results are not 0-d (but for ufuncs and
 reductions, whose 0-d results are made arrays), and float16 and bfloat16 are computed in
@@ -366,6 +367,29 @@ def _scatter_add(node, args, ctx):
            f"buffers=buffers, key={ctx.scratch_key(node)!r})"
 
 
+def _index_put(node, args, ctx):
+    """An accumulating write of whole rows (``index_put(base, values, index, dims=(0,),
+    accumulate=True)``, values of base's float dtype and of shape ``index.shape +
+    base.shape[1:]``, no broadcast: an embedding's gradient) as ``_rt.index_add_rows``."""
+    base, values, *indices = (v.type for v in node.inputs)
+    if not node.attrs["accumulate"] or len(indices) != 1 or not base.shape:
+        return None
+    (index,) = indices
+    rows = node.attrs["dims"][0] % len(base.shape) == 0 and index.dtype.np.kind in "iu" and \
+        tuple(values.shape) == tuple(index.shape) + tuple(base.shape[1:])
+    if not rows or base.dtype != values.dtype or _dtype_name(node.inputs[0]) not in FLOAT_GEMM:
+        return None
+    return f"_rt.index_add_rows({args[0]}, {args[1]}, {args[2]}{ctx.out_arg(node)})"
+
+
+def _cat(node, args, ctx):
+    """Same-dtype operands concatenated into a C-contiguous result (``_rt.cat``)."""
+    if any(v.type.dtype != node.outputs[0].type.dtype for v in node.inputs):
+        return None
+    axis = node.attrs["dim"] % node.outputs[0].type.ndim
+    return f"_rt.cat(({', '.join(args)},), {axis}{ctx.out_arg(node)})"
+
+
 def _attention(node, args, ctx):
     a = node.attrs
     if not _gemm_ok(node) or a["dropout_p"]:
@@ -388,7 +412,7 @@ LOWERINGS.update({
     "conv2d": _conv2d, "conv2d_epilogue": _conv2d_epilogue,
     "conv2d_input_grad": _conv_grad("input"), "conv2d_weight_grad": _conv_grad("weight"),
     "max_pool2d": _max_pool2d, "max_pool2d_backward": _max_pool2d_backward,
-    "scatter_add": _scatter_add,
+    "scatter_add": _scatter_add, "index_put": _index_put, "cat": _cat,
     "scaled_dot_product_attention": _attention,
 })
 

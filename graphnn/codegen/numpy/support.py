@@ -89,6 +89,17 @@ def slice_scatter(base, src, key, out=None):
     return out
 
 
+def cat(xs, axis, out=None):
+    """``np.concatenate`` of same-dtype ``xs`` into a C-contiguous ``out`` (new when None):
+    the reference's values, but never in the strided layout NumPy gives the result of
+    transposed operands (whose reshape would then copy)."""
+    if out is None:
+        shape = list(xs[0].shape)
+        shape[axis] = sum(x.shape[axis] for x in xs)
+        out = np.empty(shape, xs[0].dtype)
+    return np.concatenate(xs, axis=axis, out=out)
+
+
 # ---- contractions --------------------------------------------------------------------------------
 
 def matmul_epilogue(a, b, bias=None, residual=None, *, activation="none", out=None, pre=None):
@@ -267,6 +278,49 @@ def scatter_add(base, index, src, dim, out=None, buffers=None, key="scatter"):
             stride = math.prod(base.shape[j + 1:])
             flat += (np.arange(n) * stride).reshape((n,) + (1,) * (index.ndim - 1 - j))
     np.add.at(out.reshape(-1), flat.reshape(-1), src.reshape(-1))
+    return out
+
+
+ROW_ROUNDS = 64  # most repeats of one index that index_add_rows takes in rounds
+
+
+def index_add_rows(base, values, index, out=None):
+    """``index_put(base, values, index, dims=(0,), accumulate=True)`` for ``values`` of shape
+    ``index.shape + base.shape[1:]`` and base's dtype (an embedding's gradient): out-of-bounds
+    indices raise as in the reference. The rows are sorted stably by index once; round ``r``
+    then adds every index's ``r``-th row (in the index's order) with one fancy-indexed add,
+    its indices distinct. Each base row gets its rows' additions one after another in the
+    index's order, as ``np.add.at`` makes them (equal bit for bit), in as many rounds as an
+    index repeats: ``np.add.at`` itself when that exceeds ``ROW_ROUNDS``."""
+    size = base.shape[0]
+    low, high = (int(index.min()), int(index.max())) if index.size else (0, 0)
+    if index.size and (high >= size or low < -size):
+        raise IndexError_(f"index_put: index {high if high >= size else low} is out of bounds "
+                          f"for dimension 0 with size {size}")
+    if out is None:
+        out = base.copy()
+    else:
+        np.copyto(out, base)
+    if not index.size or not out.size:
+        return out
+    flat, into = index.reshape(-1), out.reshape(size, -1)
+    rows = values.reshape(flat.size, -1)
+    if low < 0:
+        flat = np.where(flat < 0, flat + size, flat)
+    order = np.argsort(flat, kind="stable")
+    keys = flat[order]
+    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+    counts = np.diff(np.append(starts, flat.size))
+    rounds = int(counts.max())
+    if rounds > ROW_ROUNDS:
+        np.add.at(into, flat, rows)
+        return out
+    rank = np.arange(flat.size) - np.repeat(starts, counts)  # each row's repeat number
+    by_round = np.argsort(rank, kind="stable")
+    keys, rows = keys[by_round], rows[order[by_round]]
+    bounds = np.searchsorted(rank[by_round], np.arange(rounds + 1))
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        into[keys[lo:hi]] += rows[lo:hi]
     return out
 
 
