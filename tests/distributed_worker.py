@@ -2,8 +2,9 @@
 
 ``python tests/distributed_worker.py OUT SCENARIO...`` (or the same under ``torchrun``) joins
 the default process group from the environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as
-torchrun sets them) and writes each scenario's results to ``OUT/<scenario>.rank<R>.npz``. The models, data and training loop are
-shared with the test, which trains the same models in one process on the whole batch.
+torchrun sets them) and writes each scenario's results to ``OUT/<scenario>.rank<R>.npz``. The
+models, data and training loop are shared with the test, which trains the same models in one
+process on the whole batch.
 """
 from __future__ import annotations
 
@@ -120,6 +121,24 @@ def collectives(rank, world):
     return out
 
 
+def cuda(rank, world):
+    """Tensors on the cuda device (their arrays are torch tensors; Triton's interpreter runs
+    graphnn's kernels here): an all-reduce, and the MLP with SGD trained by DDP. On a gloo
+    group, which takes cuda tensors too: NCCL refuses two ranks on one GPU."""
+    group = dist.new_group(backend="gloo")
+    t = graphnn.tensor(rank_values(rank)).cuda()
+    dist.all_reduce(t, group=group)
+    ddp = DDP(make_model("mlp", seed=rank).cuda(), process_group=group)
+    optimizer = make_optimizer("sgd", ddp)
+    for x, y in shard(batches("mlp"), rank, world):
+        optimizer.zero_grad()
+        loss = nn.CrossEntropyLoss()(ddp(graphnn.tensor(x).cuda()), graphnn.tensor(y).cuda())
+        loss.backward()
+        optimizer.step()
+    return {"SUM": t.cpu().numpy(), **{k: v.cpu().numpy()
+                                       for k, v in ddp.module.state_dict().items()}}
+
+
 def equivalence(rank, world):
     """Each model/optimizer pair trained with DDP on this rank's shard, from a model built
     with a rank-dependent seed (the broadcast from rank 0 must make them equal)."""
@@ -229,8 +248,8 @@ def hang(rank, world):
     return {}
 
 
-SCENARIOS = {f.__name__: f for f in (collectives, equivalence, syncbn, drift, no_sync, unused,
-                                     fail, hang)}
+SCENARIOS = {f.__name__: f for f in (collectives, cuda, equivalence, syncbn, drift, no_sync,
+                                     unused, fail, hang)}
 
 
 def main(out_dir, names):

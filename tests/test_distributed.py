@@ -132,10 +132,11 @@ def test_torchrun_three_ranks_train_as_one_process_then_a_hung_rank_ends_the_job
 
 
 def test_two_ranks_train_as_one_process_then_a_raising_rank_ends_the_job(tmp_path):
-    """2 workers: equivalence, SyncBatchNorm, no_sync, checkpoint resume, unused parameters;
-    then rank 1 raises mid-step and rank 0 exits with an error naming its rank."""
+    """2 workers: equivalence, SyncBatchNorm, no_sync, checkpoint resume, unused parameters,
+    cuda tensors (Triton's interpreter here); then rank 1 raises mid-step and rank 0 exits
+    with an error naming its rank."""
     world = 2
-    scenarios = ["equivalence", "syncbn", "no_sync", "checkpoint", "unused"]
+    scenarios = ["equivalence", "syncbn", "no_sync", "checkpoint", "unused", "cuda"]
     start = time.monotonic()
     (code0, err0), (code1, err1) = _launch(world, tmp_path, scenarios + ["fail"])
     assert time.monotonic() - start < 240
@@ -147,6 +148,9 @@ def test_two_ranks_train_as_one_process_then_a_raising_rank_ends_the_job(tmp_pat
     accumulated = _reference("mlp", "sgd")  # no_sync micro-batches == the big batch
     uninterrupted = _reference("mlp", "adam")  # save after 2 steps, resume, 3rd step
     for r in range(world):
+        _assert_state_close(saved["cuda", r], accumulated)  # the same training on cuda
+        np.testing.assert_array_equal(saved["cuda", r]["SUM"],
+                                      worker.rank_values(0) + worker.rank_values(1))
         _assert_state_close(saved["no_sync", r], accumulated)
         _assert_state_close(saved["checkpoint", r], uninterrupted)
         unused = saved["unused", r]
@@ -212,6 +216,26 @@ def test_buckets_are_reduced_while_the_backward_runs(world_of_one, monkeypatch):
     graphnn.nn.CrossEntropyLoss()(want(graphnn.tensor(x)), graphnn.tensor(y)).backward()
     for got, expected in zip(model.parameters(), want.parameters()):
         np.testing.assert_allclose(got.grad.numpy(), expected.grad.numpy(), rtol=1e-6)
+
+
+def test_sync_batchnorm_without_a_group_is_batch_norm_and_converts_models():
+    model = graphnn.nn.Sequential(graphnn.nn.Linear(3, 4), graphnn.nn.BatchNorm1d(4),
+                                  graphnn.nn.Sequential(graphnn.nn.BatchNorm2d(2)))
+    weight = model[1].weight
+    model[1].eval()
+    converted = graphnn.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    assert isinstance(converted[1], graphnn.nn.SyncBatchNorm) and converted[1].weight is weight
+    assert isinstance(converted[2][0], graphnn.nn.SyncBatchNorm) and not converted[1].training
+    assert list(converted.state_dict()) == list(model.state_dict())
+    x = np.random.RandomState(0).randn(5, 3, 7).astype(np.float32)  # (N, C, L): any rank >= 2
+    ours = graphnn.nn.SyncBatchNorm(3, momentum=0.3)
+    theirs = torch.nn.BatchNorm1d(3, momentum=0.3)
+    for train in (True, False):
+        ours.train(train), theirs.train(train)
+        np.testing.assert_allclose(ours(graphnn.tensor(x)).detach().numpy(),
+                                   theirs(torch.tensor(x)).detach().numpy(), rtol=1e-5,
+                                   atol=1e-6)
+    np.testing.assert_allclose(ours.running_var.numpy(), theirs.running_var.numpy(), rtol=1e-6)
 
 
 def test_no_process_group_is_a_clear_error():
