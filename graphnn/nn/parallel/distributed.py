@@ -61,8 +61,8 @@ class DistributedDataParallel(Module):
 
     def forward(self, *inputs, **kwargs):
         syncing = is_grad_enabled() and self.require_backward_grad_sync
-        if syncing and self.reducer.active:
-            self.reducer.prepare(None)  # raises: the last iteration's reduction is unfinished
+        if syncing:
+            self.reducer.check_finished()
         if self.broadcast_buffers:
             self._sync_state(include_parameters=False)
         output = self.module(*inputs, **kwargs)

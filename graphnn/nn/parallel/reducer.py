@@ -98,15 +98,19 @@ class Reducer:
         self.active = False
         self.handles = [p.register_hook(self._hook(i)) for i, p in enumerate(params)]
 
-    def prepare(self, outputs) -> None:
-        """Arm the reduction of the coming backward of ``outputs``."""
+    def check_finished(self) -> None:
+        """Raise unless the last armed backward's reduction completed."""
         if self.active:
             raise DistributedError(UNFINISHED)
+
+    def prepare(self, outputs) -> None:
+        """Arm the reduction of the coming backward of ``outputs``."""
+        self.check_finished()
         self.active = True
         self.local = [None] * len(self.params)
         self.missing = [len(bucket) for bucket in self.buckets]
         self.flat, self.works, self.next_bucket = [None] * len(self.buckets), [], 0
-        self.used = zeros(len(self.params))
+        self.used = zeros(len(self.params), device=self.params[0].device if self.params else None)
         if not self.find_unused:
             return
         reached = reached_leaves(outputs)
@@ -120,6 +124,10 @@ class Reducer:
         def hook(grad):
             if not self.active:
                 return None  # no_sync, or a backward of a forward DDP did not run
+            if self.local[index] is not None:
+                raise DistributedError(f"Expected to mark a variable ready only once: "
+                                       f"parameter {index} got a gradient after being marked "
+                                       f"ready (unused) or twice in one backward")
             p = self.params[index]
             with no_grad():
                 total = grad if p.grad is None else p.grad + grad
