@@ -89,9 +89,10 @@ def check_types(m: Attention) -> None:
     types = [m.q.type, k_type, m.v.type]
     mask_type = _mask_type(m.masks, m.q.type.dtype)
     op = get_op(NAME)
+    seed = m.dropout[2]
+    extra = ([mask_type] if mask_type else []) + ([seed.type] if seed else [])
     try:
-        out, = op.infer_types(types + ([mask_type] if mask_type else []),
-                              op.normalize_attrs(fused_attrs(m)))
+        out, = op.infer_types(types + extra, op.normalize_attrs(fused_attrs(m)))
     except GraphnnError as e:
         raise NearMiss(m.last, f"the fused op rejects the operands: {e}") from None
     if out != m.anchor.outputs[0].type:

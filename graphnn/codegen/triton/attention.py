@@ -57,7 +57,9 @@ from graphnn.ir.ops.attention_backward import BACKWARD, STATS
 from .gemm import dot_precision
 from .kernels import Blocks, KernelBody, Launch, aligned_strides, launch_of, next_pow2
 from .ops import ROUNDED, Unlowered, compute, number
-from .random import _INT32_LIMIT, _uniform  # the rand kernel's offsets and uniforms
+from .random import _uniform  # the rand kernel's uniform numbers
+
+_FLAT_INT64 = 2 ** 31  # flat score indices reaching this are computed in int64 (no overflow)
 
 ATTENTION_OPS = frozenset({NAME, STATS, BACKWARD})
 NINF = '-float("inf")'
@@ -158,7 +160,7 @@ class Operands:
             return None
         body, batch, t, s = self.body, self.batch, self.t, self.s
         dtype = self.node.inputs[0].type.dtype
-        wide = math.prod(batch) * t * s >= _INT32_LIMIT  # offsets in int64, as the rand kernel
+        wide = math.prod(batch) * t * s >= _FLAT_INT64
 
         def index(x: str) -> str:
             return f"{x}.to(tl.int64)" if wide else x
