@@ -26,10 +26,10 @@ forward). Lowered when q, k, v and g have the scores' batch dims (k and v with `
 kv_groups`` heads: no broadcast batch dim, whose gradient would be summed across programs); a
 mask may broadcast. Dropout with a seed input draws its keep mask in-kernel again, as the
 forward does (``attention.Operands.dropout``): the stats take ``dP = g vᵀ · drop``, the
-backward dV from ``P · drop`` and dS from ``dP · drop``. Dropout with a seed attribute, broadcast
-batch dims, and an output only some programs could write raise ``Unlowered`` (the node runs on
-the host). A row with no key gives P = 0 with a safe
-softmax over a mask and NaN otherwise, as the reference's ``_probabilities``.
+backward dV from ``P · drop`` and dS from ``dP · drop``. Dropout with a seed attribute,
+broadcast batch dims, and an output only some programs could write raise ``Unlowered`` (the
+node runs on the host). A row with no key gives P = 0 with a safe softmax over a mask and NaN
+otherwise, as the reference's ``_probabilities``.
 """
 from __future__ import annotations
 

@@ -69,11 +69,6 @@ def seed_index(attrs) -> int | None:
     return 3 + attrs["has_mask"] if attrs["dropout_p"] and attrs["seed"] is None else None
 
 
-def forward_arity(attrs) -> int:
-    """The number of the forward's inputs: q, k, v[, mask][, seed]."""
-    return 3 + attrs["has_mask"] + (seed_index(attrs) is not None)
-
-
 def _check_attrs(types, *, has_mask, dropout_p, seed, kv_groups, **_):
     if not 0.0 <= dropout_p < 1.0:
         raise AttributeError_(f"{NAME}: dropout_p must be in [0, 1), got {dropout_p}")
