@@ -116,7 +116,8 @@ class _Contraction:
             body.indent -= 1
             body.emit("else:")
             body.indent += 1
-        body.emit(f"acc = tl.dot({a}, {b}, acc{dot_precision(self.acc_type)})")
+        body.emit(f"acc = tl.dot({a}, {b}, acc, out_dtype={self.acc_type}"
+                  f"{dot_precision(self.acc_type)})")
         body.indent -= 1 + (exact is not None)
 
     def launch(self, name, unit, groups) -> Launch:

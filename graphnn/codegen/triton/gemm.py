@@ -205,7 +205,8 @@ def _source(name: str, unit, g: _Gemm, config: Config, interpreter_form: bool) -
     b_tile = body.load(f"in{unit.read_index(g.b)}",
                        f"{_batch_offset(g.b2[:-2], batch, k * n)}ks[:, None] * {n} + "
                        f"cols[None, :]", "kmask[:, None] & cmask[None, :]", g.b.type.dtype)
-    body.emit(f"acc = tl.dot({a_tile}, {b_tile}, acc{dot_precision(g.acc_type)})")
+    body.emit(f"acc = tl.dot({a_tile}, {b_tile}, acc, out_dtype={g.acc_type}"
+              f"{dot_precision(g.acc_type)})")
     body.indent -= 1
     out = g.node.outputs[0]
     out_offset = f"batch * {m * n} + rows[:, None] * {n} + cols[None, :]"
