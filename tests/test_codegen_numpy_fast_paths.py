@@ -172,3 +172,32 @@ def test_cat_of_transposed_operands_is_c_contiguous_and_exact():
     expected = interpret(graph, *inputs)
     assert got[0].flags.c_contiguous
     assert [_bits(a) for a in got] == [_bits(a) for a in expected]
+
+
+SCALARS = """graph clip(%g: f32[8,5], %b: f64[], %t: f64[], %n: f32[]) {
+  %0: f64[] = pow(%b, %t)
+  %1: f32[8,5] = pow(%g, %n)
+  %2: bool[] = lt(%n, %n)
+  %3: f32[] = where(%2, %n, %n)
+  %4: f32[] = detach(%3)
+  %5: f64[] = pow(%t, %b)
+  return (%0, %1, %4, %5)
+}"""
+
+
+def test_scalar_pow_where_and_detach_are_plain_numpy_calls():
+    """An optimizer's and gradient clipping's 0-d statements (AdamW's ``beta ** step``, the
+    clipping factor's select, detach) are NumPy calls, not reference calls, equal to the
+    interpreter bit for bit, NaN and infinities included."""
+    graph = verify(parse(SCALARS))
+    source = numpy_source(graph)
+    assert "_op_" not in source and "np.power(" in source and "np.where(" in source
+    kernel = load_numpy_kernel(source)
+    rng = np.random.default_rng(7)
+    for b, t, n in ((0.9, 3.0, 2.0), (np.nan, 2.0, 0.5), (-0.95, np.inf, -1.5),
+                    (0.0, -1.0, np.nan)):
+        inputs = [_specials(rng, (8, 5), np.float32), np.array(b), np.array(t),
+                  np.array(n, np.float32)]
+        expected = interpret(graph, *inputs)
+        got = kernel(list(inputs), {}, {})
+        assert [_bits(a) for a in got] == [_bits(a) for a in expected]

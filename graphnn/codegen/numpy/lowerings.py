@@ -154,11 +154,28 @@ def _rsqrt(node, args, ctx):
     return f"_rt.rsqrt({args[0]}{ctx.out_arg(node, inplace=True)})"
 
 
+def _pow(node, args, ctx):
+    """``np.power`` for a floating result (the reference's own call there; integer powers
+    have PyTorch's rules for negative exponents: the reference)."""
+    compute = ufunc_compute(node, scalar=True)
+    if compute is None or not node.outputs[0].type.dtype.is_floating_point:
+        return None
+    return _call("np.power", args, node, ctx, compute)
+
+
 def _where(node, args, ctx):
-    compute = ufunc_compute(node, data_from=1)
+    """The branch-free ``_rt.where``; a 0-d select (gradient clipping's) is ``np.where``
+    itself, the reference's call, without the reference's dispatch."""
+    compute = ufunc_compute(node, data_from=1, scalar=True)
     if compute != "":
         return None
+    if not _nonscalar(node):
+        return f"np.where({', '.join(args)})"
     return f"_rt.where({', '.join(args)}{ctx.out_arg(node)})"
+
+
+def _detach(node, args, ctx):
+    return Lowered(f"{args[0]}.view()", views=True)
 
 
 def _cast(node, args, ctx):
@@ -403,7 +420,8 @@ def _attention(node, args, ctx):
 
 LOWERINGS = {name: _ufunc for name in UFUNCS}
 LOWERINGS.update({
-    "relu": _relu, "rsqrt": _rsqrt, "where": _where, "cast": _cast,
+    "relu": _relu, "rsqrt": _rsqrt, "where": _where, "cast": _cast, "pow": _pow,
+    "detach": _detach,
     "reshape": _reshape, "permute": _permute, "expand": _expand, "slice": _slice,
     "slice_scatter": _slice_scatter,
     "sum": _reduce("np.sum"), "amax": _reduce("np.amax"), "amin": _reduce("np.amin"),
