@@ -4,6 +4,7 @@ included, and shown to be taken (the generated source)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from graphnn.ir import interpret, parse, verify
 
@@ -55,32 +56,38 @@ def test_mixed_float32_float64_ufuncs_are_lowered_and_exact():
 
 
 def test_gelu_epilogue_in_place_equals_the_reference_bit_for_bit():
-    """The exact GELU of a matmul epilogue, computed in place (``common.gelu_``), equals the
-    registry's reference bit for bit, NaN and infinities included, for float32 and float64."""
+    """The exact GELU of a matmul epilogue, computed in place or from another array
+    (``common.gelu``), equals the registry's reference bit for bit, NaN and infinities
+    included, for float32 and float64."""
     from graphnn.codegen.numpy.common import activate_
     from graphnn.ir import get_op
     rng = np.random.default_rng(4)
     for dtype in (np.float32, np.float64):
         for scale in (0.3, 3.0, 30.0):
             x = _specials(rng, (37, 129), dtype) * dtype(scale)
-            got = x.copy()
+            got, into = x.copy(), np.empty_like(x)
             with np.errstate(invalid="ignore"):  # -inf * 0, as kernels run
                 expected = get_op("gelu").impl(x, approximate="none")
                 assert activate_(got, "gelu") is got
+                assert activate_(into, "gelu", source=x) is into
+            assert _bits(into) == _bits(expected)
             assert _bits(got) == _bits(expected)
 
 
-def test_gelu_pre_activation_is_computed_once_per_step(isolated_cache):
-    """A compiled training step of a GELU MLP: the fused epilogue's gradient recomputes the
-    pre-activation (a second GEMM); the kernel writes it during the forward GEMM instead
-    (``pre=``) and the backward takes that array. Parameters, gradients' effects and losses
-    equal eager execution bit for bit over several AdamW steps."""
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "silu"])
+def test_pre_activation_is_computed_once_per_step(isolated_cache, activation):
+    """A compiled training step of an MLP whose activation's gradient reads the
+    pre-activation: the fused epilogue's gradient recomputes it (a second GEMM); the kernel
+    writes it during the forward GEMM instead (``pre=``) and the backward takes that array.
+    Parameters and losses equal eager execution bit for bit over several AdamW steps."""
     import graphnn
     from graphnn import nn
+    act = {"gelu": nn.GELU, "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
+           "silu": nn.SiLU}[activation]
 
     def make():
         graphnn.manual_seed(0)
-        return nn.Sequential(nn.Linear(12, 32), nn.GELU(), nn.Linear(32, 12), nn.GELU(),
+        return nn.Sequential(nn.Linear(12, 32), act(), nn.Linear(32, 12), act(),
                              nn.Linear(12, 3))
 
     def trainer(model):
@@ -106,7 +113,7 @@ def test_gelu_pre_activation_is_computed_once_per_step(isolated_cache):
     for (name, p), q in zip(ours.named_parameters(), theirs.parameters()):
         assert _bits(p.detach().numpy()) == _bits(q.detach().numpy()), name
     sources = [f.read_text() for f in isolated_cache.rglob("*.py")]
-    step_source = [s for s in sources if "activation='gelu'" in s]
+    step_source = [s for s in sources if f"activation={activation!r}" in s]
     assert step_source and all(s.count("pre=b") == 2 for s in step_source)
 
 
@@ -126,7 +133,6 @@ def test_accumulated_rows_equal_np_add_at_bit_for_bit():
     -0.0, NaN and infinities, zero and random bases; added in rounds, or by np.add.at where
     one index repeats more than ``ROW_ROUNDS`` times) equals the interpreter bit for bit; an
     out-of-bounds index raises the reference's error."""
-    import pytest
     from graphnn.ir.errors import IndexError_
     rng = np.random.default_rng(5)
     for dtype in (np.float32, np.float64):

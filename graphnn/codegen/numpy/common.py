@@ -1,5 +1,5 @@
 """Helpers the NumPy backend shares: scratch arrays kept across calls, result arrays recycled
-once no one holds them, a fast exact relu, an in-place exact GELU, the fused ops' epilogue
+once no one holds them, a fast exact relu, an exact GELU without temporaries, the fused ops' epilogue
 (bias, residual, activation) applied in place, and the test for a constant of one value."""
 from __future__ import annotations
 
@@ -81,35 +81,38 @@ def relu(x, out=None):
     return out
 
 
-def gelu_(out):
-    """The exact GELU of float32/float64 ``out`` in place, with the reference's operations in
-    its order (``0.5 * x * (1 + erf(x / sqrt(2)))``: equal bit for bit), without its four
-    temporaries of ``out``'s size and the copy back."""
-    phi = erf(out / math.sqrt(2.0))
+def gelu(x, out):
+    """The exact GELU of float32/float64 ``x`` into ``out`` (may be ``x``), with the
+    reference's operations in its order (``0.5 * x * (1 + erf(x / sqrt(2)))``: equal bit for
+    bit), without its four temporaries of ``x``'s size."""
+    phi = erf(x / math.sqrt(2.0))
     phi += 1.0
-    out *= 0.5
+    np.multiply(x, 0.5, out=out)
     out *= phi
     return out
 
 
-# activations (``ACTIVATION_OPS`` names) computed in place exactly as their reference does
-_IN_PLACE = {"relu": lambda out: relu(out, out=out),
-             "tanh": lambda out: np.tanh(out, out=out),
-             "gelu": gelu_}
+# activations (``ACTIVATION_OPS`` names) computed from x into out exactly as their reference
+_DIRECT = {"relu": lambda x, out: relu(x, out=out),
+           "tanh": lambda x, out: np.tanh(x, out=out),
+           "gelu": gelu}
 
 
-def activate_(out, activation: str):
-    """The fused ops' activation (``ACTIVATION_OPS``: a registry op) applied to ``out`` in
-    place: in place where ``_IN_PLACE`` has it (float32/float64), else by the op's reference
-    implementation."""
+def activate_(out, activation: str, source=None):
+    """The fused ops' activation (``ACTIVATION_OPS``: a registry op) of ``source`` (default
+    ``out`` itself: in place) written into ``out``: directly where ``_DIRECT`` has it
+    (float32/float64), else by the op's reference implementation."""
     act = ACTIVATION_OPS[activation]
+    x = out if source is None else source
     if act.op is None:
+        if x is not out:
+            np.copyto(out, x)
         return out
-    if activation in _IN_PLACE and out.dtype in (np.float32, np.float64):
-        return _IN_PLACE[activation](out)
-    y = get_op(act.op).impl(out, **act.attrs)
+    if activation in _DIRECT and out.dtype in (np.float32, np.float64):
+        return _DIRECT[activation](x, out)
+    y = get_op(act.op).impl(x, **act.attrs)
     if act.gated:
-        out *= y
+        np.multiply(x, y, out=out)
     else:
         out[...] = y
     return out

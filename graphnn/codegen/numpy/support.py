@@ -110,8 +110,7 @@ def matmul_epilogue(a, b, bias=None, residual=None, *, activation="none", out=No
         matmul_epilogue(a, b, bias, residual, out=pre)
         if out is None:
             out = np.empty(pre.shape, pre.dtype)
-        np.copyto(out, pre)
-        return activate_(out, activation)
+        return activate_(out, activation, source=pre)
     if a.ndim >= 2 and b.ndim == 2:
         rows = int(np.prod(a.shape[:-1]))
         a2 = a.reshape(rows, a.shape[-1])
