@@ -52,9 +52,6 @@ def _samples(m):
                "MQA, causal and a mask"),
         Sample(_qkv(m, (2, 2, 4, 8), (2, 2, 5, 8)),
                {"scale": 0.35, "dropout_p": 0.25, "seed": 3}, "dropout"),
-        Sample(_qkv(m, (2, 4, 3, 8), (2, 2, 5, 8)) + [keep[:3], np.array(5, np.int64)],
-               {"scale": 0.35, "dropout_p": 0.4, "has_mask": True, "kv_groups": 2},
-               "dropout, seed input, GQA and a mask"),
         Sample(_qkv(m, (1, 2, 4, 4), (1, 2, 5, 4)) + [padded],
                {"scale": 0.5, "has_mask": True, "safe_softmax": False},
                "a fully masked row, plain softmax: NaN", fd=False),
@@ -64,18 +61,11 @@ def _samples(m):
     ]
 
 
-def _split(rest, has_mask, dropout_p, seed):
-    """(mask or None, the seed) from the inputs after q, k and v: [mask][, seed input]."""
-    mask = rest[0] if has_mask else None
-    return mask, int(rest[-1]) if dropout_p and seed is None else seed
-
-
-def _ref(q, k, v, *rest, scale, causal, has_mask, dropout_p, seed, kv_groups, safe_softmax,
-         drawn=None):
+def _ref(q, k, v, mask=None, *, scale, causal, has_mask, dropout_p, seed, kv_groups,
+         safe_softmax, drawn=None):
     """PyTorch's SDPA; written out (keys hidden, float mask added, softmax, dropout) where it
     has no such option: dropout with graphnn's keep mask (drawn in q's dtype, or ``drawn``),
     or a plain softmax whose rows with no key give NaN (``safe_softmax=False``)."""
-    mask, seed = _split(rest, has_mask, dropout_p, seed)
     T, S = q.shape[-2], k.shape[-2]
     tri = torch.ones(T, S, dtype=torch.bool).tril()
     if safe_softmax and not dropout_p:
@@ -117,7 +107,7 @@ def _backward_samples(m, stats=False):
     picked = [s for s in _samples(m) if s.desc in (
         "multi-head", "broadcast batch", "bool mask", "float mask", "a fully masked row",
         "causal, more queries than keys", "MQA, causal and a mask", "dropout",
-        "dropout, seed input, GQA and a mask", "a fully masked row, plain softmax: NaN")]
+        "a fully masked row, plain softmax: NaN")]
     out = []
     for s in picked:
         q, k, v = s.inputs[:3]
@@ -136,28 +126,26 @@ def _ref_stats(q, k, v, *rest, scale, causal, has_mask, dropout_p, seed, kv_grou
                safe_softmax):
     """The rows' log-sum-exp of the masked scores and rowsum(dO ⊙ O) (= rowsum(dP ⊙ P)), from
     the operands in float32 for 16-bit ones (float64 for float64)."""
-    *operands, g = rest
-    mask, seed = _split(operands, has_mask, dropout_p, seed)
+    *mask, g = rest
     attrs = dict(scale=scale, causal=causal, has_mask=has_mask, dropout_p=dropout_p, seed=seed,
                  kv_groups=kv_groups, safe_softmax=safe_softmax)
     wide = torch.float64 if q.dtype == torch.float64 else torch.float32
     drawn = from_numpy_dtype(from_torch(q).dtype)
-    q, k, v, g = (x.to(wide) for x in (q, k, v, g))
-    if mask is not None and mask.is_floating_point():
-        mask = mask.to(wide)
-    s = _scores(q, k, mask, scale=scale, causal=causal, kv_groups=kv_groups)
+    q, k, v, g, *mask = [x.to(wide) if x.is_floating_point() else x for x in (q, k, v, g, *mask)]
+    s = _scores(q, k, mask[0] if mask else None, scale=scale, causal=causal,
+                kv_groups=kv_groups)
     with sdpa_kernel(SDPBackend.MATH):
-        out = _ref(q, k, v, *([mask] if has_mask else []), **attrs, drawn=drawn)
+        out = _ref(q, k, v, *mask, **attrs, drawn=drawn)
     return torch.logsumexp(s, -1), (g * out).sum(-1)
 
 
 def _ref_backward(q, k, v, *rest, **attrs):
     """torch autograd's dq, dk, dv of ``_ref`` (differentiable again); the rows' statistics
     (the last two inputs) are not read."""
-    *operands, g, _, _ = rest
+    *mask, g, _, _ = rest
     with torch.enable_grad(), sdpa_kernel(SDPBackend.MATH):  # differentiable twice
         leaves = [x if x.requires_grad else x.detach().requires_grad_() for x in (q, k, v)]
-        out = _ref(*leaves, *operands, **attrs)
+        out = _ref(*leaves, *mask, **attrs)
         return torch.autograd.grad(out, leaves, g, create_graph=True)
 
 

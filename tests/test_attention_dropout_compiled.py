@@ -277,6 +277,28 @@ def test_compiled_multihead_attention_on_cuda_equals_eager_cuda(isolated_cache):
     assert all(f"= {op}(" in source for op in (NAME, STATS, BACKWARD))
 
 
+def test_host_tensors_on_the_triton_backend_draw_the_host_stream():
+    """Host tensors compiled for the Triton backend: a frontend dropout's values are drawn on
+    the host per call (eager's stream), and a fused attention with a seed attribute, whose
+    kernels would draw the device's stream, runs eagerly with a CompileWarning saying why."""
+    model = _model("MultiheadAttention")
+    twin = copy.deepcopy(model)
+    compiled = graphnn.compile(model, backend=SMALL)
+    x = graphnn.randn(2, 12, 16)
+    graphnn.manual_seed(8)
+    got = _strict(compiled, x)
+    graphnn.manual_seed(8)
+    np.testing.assert_allclose(_np(got), _np(twin(x)), rtol=1e-5, atol=1e-6)
+    rng = np.random.default_rng(2)
+    qkv = [graphnn.tensor(rng.standard_normal((1, 2, 5, 4)).astype(np.float32))
+           for _ in range(3)]
+    attrs = {"scale": 0.5, "dropout_p": 0.5, "seed": 3}
+    fused = graphnn.compile(lambda *xs: _op(NAME, xs, attrs), backend=SMALL)
+    with pytest.warns(CompileWarning, match="random numbers inside an op"):
+        out = fused(*qkv)
+    np.testing.assert_array_equal(_np(out), _np(_op(NAME, qkv, attrs)))
+
+
 # ---- ahead-of-time compilation -----------------------------------------------------------------
 
 AOT_CASES = [  # dtype, q shape, k shape, attrs (sm90 for bfloat16)

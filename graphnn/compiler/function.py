@@ -26,10 +26,12 @@ the whole function becomes one kernel (``step``): a compiled training step.
 Falls back to eager, with a warning that says why, when: compiling fails (trace refused, an op
 without a lowering...), the signature count passes ``recompile_limit``, a module has hooks
 (hooks of the compiled module itself run around the compiled forward as usual), the forward
-assigns module attributes, or takes device tensors it cannot compile for (spread over
-devices, a host backend named, or ``dynamic=True``). Calls on cuda tensors compile with the Triton backend by default.
-The seeds of random ops (``rand``, as dropout uses; a fused attention's dropout) become graph
-inputs drawn fresh per call, in the order eager draws them. Several differentiable outputs
+assigns module attributes, draws attention dropout for host tensors on a device backend
+(``random_inputs.HostStreamRefused``), or takes device tensors it cannot compile for (spread
+over devices, a host backend named, or ``dynamic=True``). Calls on cuda tensors compile with
+the Triton backend by default. The seeds of random ops (``rand``, as dropout uses; a fused
+attention's dropout) are lifted out of the graph and drawn fresh per call, in the order eager
+draws them (``random_inputs.lift_random``). Several differentiable outputs
 (attention's output and weights) are differentiated together as a vector-Jacobian product. A
 recompile is logged on the "graphnn" logger (INFO) and kept in ``recompile_reasons``.
 """
@@ -239,8 +241,9 @@ class CompiledFunction:
         if not self.dynamic:
             return None
 
-        def trace_program(args, kwargs):
-            return program_text(self._trace(args, kwargs, [])[0])
+        def trace_program(args, kwargs):  # host tensors (dynamic=True takes no device ones)
+            return program_text(self._trace(args, kwargs, [],
+                                            not self._backend.device.shares_host)[0])
         return DynamicBatch(self.name, self._backend, self._lock, self._staged, trace_program,
                             self._artifact_options, self._warn_once)
 
@@ -420,10 +423,11 @@ class CompiledFunction:
         self._entries[sig] = entry
         return entry
 
-    def _trace(self, args, kwargs, holder):
+    def _trace(self, args, kwargs, holder, host_values):
         """Trace one call: (its graph with random seeds lifted, their ``RandomInputs``, for a
         training step its backward request and slot changes, else None, and the optimizers'
-        hyper-parameter inputs, ``HyperInputs``)."""
+        hyper-parameter inputs, ``HyperInputs``). ``host_values``: host tensors on a device
+        backend, whose random values are drawn on the host (``lift_random``)."""
         step = None
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -437,14 +441,15 @@ class CompiledFunction:
         graph = traced.graph
         if traced.backward is not None or changes.rebound or changes.cleared:
             step = traced.backward, changes
-        graph, random = lift_random(graph)
+        graph, random = lift_random(graph, host_values)
         return graph, random, step, hypers
 
     def _staged(self, sig, args, kwargs, tensors) -> _Staged:
         """Trace the call; its stages are built when first asked for."""
         holder = []
-        graph, random, step, hypers = self._trace(args, kwargs, holder)
         backend, launcher, wrap_device = self._target(sig)
+        graph, random, step, hypers = self._trace(
+            args, kwargs, holder, wrap_device is None and not backend.device.shares_host)
         backend = with_float32_matmul_precision(backend, sig.matmul_precision)
         options = (backend, self._passes, self._disable)
         name = self.name

@@ -1,17 +1,25 @@
-"""The seeds a compiled graph needs drawn per call.
+"""The random inputs a compiled graph needs drawn per call.
 
-``lift_random(graph)`` turns the ``seed`` attribute of each seeded op (``rand``, ``randn`` and
-``randint``, as dropout uses them, and a fused attention's dropout) into a new graph input of
-role ``random``: a 0-d int64 seed, the op's seed input. It returns the ``RandomInputs`` that
-draw those seeds per call, fresh, in trace order, from graphnn's global generator, as eager
-code draws them (the compiling call uses the seeds its trace drew). The ops then draw their
-numbers from the seed inside the compiled code: a host backend with the op's reference
-implementation (the host stream, as eager draws on the CPU), the Triton backend with its
-kernels (the device stream, as eager draws on ``cuda``: ``codegen/triton/random.py``, and the
-flash-attention kernels' in-kernel keep mask). So compiled code draws what eager code draws on
-the same device under the same ``manual_seed``, and passes see the random ops themselves (the
-attention fusion fuses dropout). A seed has no shape, so one list serves every batch size
-(``dynamic=True``).
+``lift_random(graph, host_values)`` takes the seed attribute of each seeded op of a trace
+(``rand``, ``randn`` and ``randint``, as dropout uses them, and a fused attention's dropout)
+out of the graph, so that each call draws fresh seeds, in trace order, from graphnn's global
+generator, as eager code draws them (the compiling call uses the seeds its trace drew).
+``RandomInputs`` draws them per call. Compiled code then draws what eager code draws on the
+same device under the same ``manual_seed``:
+
+- Where the backend's kernels draw the stream eager code draws for the call's tensors (a host
+  backend for host tensors: the reference's host stream; the Triton backend for ``cuda``
+  tensors: its device stream, ``codegen/triton/random.py`` and the flash-attention kernels),
+  each seed becomes a 0-d int64 graph input of role ``random``, the op's seed input, and the
+  ops draw inside the compiled code. Passes see the random ops (the attention fusion fuses
+  dropout).
+- Host tensors on a device backend (``host_values``): each input-less random op is replaced
+  by a ``random`` input holding its values, drawn on the host with the op's reference (the
+  host stream) per call. A seeded op with inputs (attention dropout) cannot be drawn so: the
+  trace is refused (``HostStreamRefused``), and the call runs eagerly.
+
+With ``dynamic=True`` the values' shapes follow the batch size (``with_batch``); seeds have no
+shape.
 """
 from __future__ import annotations
 
@@ -22,52 +30,82 @@ import numpy as np
 
 from ..frontend.random import next_seed
 from ..ir.dtypes import int64
+from ..ir.errors import GraphnnError
+from ..ir.graph import map_structure
 from ..ir.ops.attention import NAME as ATTENTION, seed_index
 from ..ir.ops.attention_backward import BACKWARD, STATS
 from ..ir.registry import get_op
 from ..ir.types import TensorType
 from ..ir.verifier import verify_in_debug_mode
-from ..runtime.shape_template import NotGeneric
+from ..runtime.shape_template import LinearSize, NotGeneric
 
 SEED = TensorType((), int64)
 
 
-class RandomInputs:
-    """Seeds lifted out of a graph: drawn per call, fresh, in trace order, from graphnn's
-    global generator (as eager draws them, so ``manual_seed`` reproduces). ``seeds`` are the
-    ones the trace drew."""
+class HostStreamRefused(GraphnnError, RuntimeError):
+    """A seeded op with inputs traced for host tensors on a device backend: its kernels would
+    draw the device stream, eager code draws the host one."""
 
-    def __init__(self, seeds, traced=True):
-        self.seeds = list(seeds)
+
+class RandomInputs:
+    """Random inputs lifted out of a graph, drawn per call with fresh seeds, in trace order,
+    from graphnn's global generator (as eager draws them, so ``manual_seed`` reproduces):
+    per input a spec ``(op, attrs, TensorType)``, ``op`` None for a seed (0-d int64), else the
+    random op whose values the input holds (drawn on the host). With ``shapes``
+    (``with_batch``), each value's shape follows the call's batch size, read off dim 0 of the
+    call's tensor number ``carrier``."""
+
+    def __init__(self, specs, shapes=None, carrier=None, traced=True):
+        self.specs = specs
+        self.shapes, self.carrier = shapes, carrier  # one LinearSize per dim, per spec
         self._traced = traced  # the next call uses the seeds a trace drew (the compiling one)
         self._lock = threading.Lock()
 
     def use_traced_seeds(self, compiling) -> None:
         """The next draw takes the seeds of ``compiling`` (the compiling call's own list,
         whose trace drew the seeds eager would have) instead of fresh ones."""
-        self.seeds, self._traced = list(compiling.seeds), True
+        self.specs, self._traced = list(compiling.specs), True
 
     def draw_fresh_seeds(self) -> None:
         """Draw fresh seeds from the next call on: the trace's draws were rolled back."""
         self._traced = False
 
     def with_batch(self, probes, sizes, carrier):
-        """This list (a probe's) for every batch size (``sizes``, read off the call's tensor
-        number ``carrier``): a seed does not depend on the batch size, so the probes (traced at
-        ``sizes``) must draw as many seeds; it draws fresh seeds from its first call on."""
-        if any(len(p.seeds) != len(self.seeds) for p in probes):
-            raise NotGeneric(f"the random ops drawn differ between batch sizes {sizes} (dim 0 "
-                             f"of tensor {carrier})")
-        return RandomInputs(self.seeds, traced=False)
+        """This list (a probe's) for every batch size, from the lists traced at ``sizes``;
+        it draws fresh seeds from its first call on."""
+        if not self.specs:
+            return RandomInputs([], traced=False)
+        if any([(op, set(a)) for op, a, _ in p.specs] != [(op, set(a)) for op, a, _ in self.specs]
+               for p in probes):
+            raise NotGeneric("the random values drawn differ between batch sizes")
+        shapes = []
+        for k, (op, attrs, t) in enumerate(self.specs):
+            traced = [tuple(p.specs[k][2].shape) for p in probes]
+            forms = tuple(LinearSize.fit(list(d), sizes) for d in zip(*traced))
+            if None in forms or (any(f.a for f in forms) and "shape" not in attrs):
+                raise NotGeneric(f"random values of shapes {traced} at batch sizes {sizes}")
+            shapes.append(forms)
+        return RandomInputs(self.specs, shapes, carrier, traced=False)
 
     def draw(self, tensors) -> list:
-        """This call's seeds, 0-d int64 host arrays (the launcher uploads them: 8 bytes each);
-        ``tensors`` (the call's) are not read."""
-        if not self.seeds:
+        """The host arrays of this call (whose tensors are ``tensors``): seeds, and values
+        drawn with their op's reference; the launcher uploads them."""
+        if not self.specs:
             return []
         with self._lock:
             traced, self._traced = self._traced, False
-        return [np.array(seed if traced else next_seed(), np.int64) for seed in self.seeds]
+        size = tensors[self.carrier]._data.shape[0] if self.shapes and not traced else None
+        out = []
+        for k, (op, attrs, t) in enumerate(self.specs):
+            seed = attrs["seed"] if traced else next_seed()
+            if op is None:
+                out.append(np.array(seed, np.int64))
+                continue
+            if size is not None:
+                shape = tuple(f.at(size) for f in self.shapes[k])
+                attrs, t = {**attrs, "shape": shape}, TensorType(shape, t.dtype)
+            out.append(get_op(op).run([], {**attrs, "seed": seed}, [t])[0])
+        return out
 
 
 def _seed_position(node) -> int:
@@ -78,22 +116,44 @@ def _seed_position(node) -> int:
     return len(node.inputs)
 
 
-def lift_random(graph):
-    """(graph with each seed attribute replaced by a new 0-d int64 ``random`` input,
-    RandomInputs drawing them)."""
+def _fresh_name(taken: set, name: str) -> str:
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
+def lift_random(graph, host_values: bool = False):
+    """(graph with each seed attribute lifted into a ``random`` input, RandomInputs drawing
+    them; see the module docstring): a seed input, or, with ``host_values``, the values of an
+    input-less random op. ``HostStreamRefused`` for a seeded op with inputs and
+    ``host_values``."""
     g = copy.deepcopy(graph)
-    seeds = []
+    replace, keep, specs = {}, [], []
     taken = {v.name for v in g.values()}
     for node in g.nodes:
+        node.inputs = [replace.get(v.name, v) for v in node.inputs]
         seed = node.attrs.get("seed")
         if seed is None:
-            continue
-        name = f"seed_{len(seeds)}"
-        while name in taken:
-            name += "_"
-        taken.add(name)
-        at = _seed_position(node)
-        node.inputs = node.inputs[:at] + [g.add_input(name, SEED, "random")] + node.inputs[at:]
-        node.attrs = {**node.attrs, "seed": None}
-        seeds.append(seed)
-    return verify_in_debug_mode(g), RandomInputs(seeds)
+            keep.append(node)
+        elif not host_values:
+            value = g.add_input(_fresh_name(taken, f"seed_{len(specs)}"), SEED, "random")
+            at = _seed_position(node)
+            node.inputs = node.inputs[:at] + [value] + node.inputs[at:]
+            node.attrs = {**node.attrs, "seed": None}
+            specs.append((None, {"seed": seed}, SEED))
+            keep.append(node)
+        elif node.inputs or len(node.outputs) != 1:
+            raise HostStreamRefused(
+                f"the forward draws random numbers inside an op ({node.op}: attention "
+                f"dropout) for host tensors on a device backend, whose kernels draw the "
+                f"device's stream (eager code draws the host's); call it with cuda tensors or "
+                f"compile for the host")
+        else:
+            out = node.outputs[0]
+            replace[out.name] = g.add_input(_fresh_name(taken, f"random_{len(specs)}"),
+                                            out.type, "random")
+            specs.append((node.op, dict(node.attrs), out.type))
+    g.nodes = keep
+    g.set_outputs(map_structure(lambda v: replace.get(v.name, v), g.output_roles()))
+    return verify_in_debug_mode(g), RandomInputs(specs)
