@@ -333,7 +333,7 @@ def test_each_op_compiles_once_into_a_triton_kernel():
     kept = len(RUNTIME._artifacts)
     (_cuda(B) * 2).relu()  # same ops, same types: no new kernels
     assert len(RUNTIME._artifacts) == kept
-    relu = RUNTIME._artifacts[("relu", (((3, 5), graphnn.float32),), ())]
+    relu = RUNTIME._artifacts[("highest", ("relu", (((3, 5), graphnn.float32),), ()))]
     assert "@triton.jit" in relu.source
 
 
@@ -462,3 +462,31 @@ def test_a_cpu_tensor_refuses_cuda_index_tensors_as_torch_but_0_dim_ones():
                 use()
     np.testing.assert_array_equal(host.numpy(), A)
     np.testing.assert_array_equal(host[graphnn.tensor(1, device="cuda")].numpy(), A[1])
+
+
+def test_writes_through_views_on_cuda_reach_the_base_and_every_other_view():
+    """Slices, reshapes, permutes and detach of a cuda tensor view its memory, as on the host
+    and in PyTorch: an in-place write through one reaches the base and its sibling views; a
+    reshape the strides do not allow is a copy; an expanded view refuses writes; gradients
+    through a write into a view match torch."""
+    results = []
+    for lib, where in ((graphnn, "cuda"), (torch, "cpu")):
+        x = lib.zeros(2, 3, device=where)
+        sibling = x[:, 1:]
+        x[0:1].add_(1)
+        x.t()[2].mul_(5)
+        x.reshape(6)[4:].fill_(7)
+        x.detach()[1, 0] = 2.0
+        copied = x.t().reshape(6)  # a copy: writing it leaves x alone
+        copied.fill_(-1)
+        w = lib.ones(3, 4, device=where, requires_grad=True)
+        h = w * 2
+        h[:, 1].mul_(3)
+        h.sum().backward()
+        results.append([np.asarray(t.detach().cpu().numpy()) for t in (x, sibling, w.grad)])
+    for ours, theirs in zip(*results):
+        np.testing.assert_array_equal(ours, theirs)
+    x = graphnn.zeros(2, 3, device="cuda")
+    assert x[:, 1:].is_contiguous() is False and x[:, 1:].contiguous().is_contiguous()
+    with pytest.raises(NotImplementedError, match="broadcast"):
+        graphnn.zeros(1, 3, device="cuda").expand(4, 3).add_(1)

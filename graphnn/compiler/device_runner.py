@@ -88,11 +88,22 @@ class TritonRuntime:
         return device("cuda", 0) if isinstance(array, torch.Tensor) else None
 
     def run(self, op, arrays, attrs, out_types) -> list:
-        """Registry op ``op`` on device arrays: its kernel's device results, in order."""
+        """Registry op ``op`` on device arrays: a view op's torch view of its input (as the
+        host views: ``_torch_view``), else its kernel's device results, in order."""
+        if op.view:
+            view = _torch_view(op.name, arrays[0], attrs)
+            if view is not None:
+                return [view]
         artifact = self._artifact(op, [DEVICE.type_of(a) for a in arrays], attrs, out_types)
         inputs = [a.contiguous() for a in arrays]
         results = artifact.launch(inputs, {}, _to_host)
         return [r.contiguous() for r in flatten_structure(results)]
+
+    def shares_memory(self, a, b) -> bool:
+        return DEVICE.owner(a) == DEVICE.owner(b)
+
+    def overlapping(self, array) -> bool:
+        return any(stride == 0 and size > 1 for size, stride in zip(array.shape, array.stride()))
 
     def draw(self, op_name: str, attrs: dict, out_type, seed: int):
         """The device array of random op ``op_name`` (``attrs`` without their seed) of type
@@ -121,6 +132,27 @@ class TritonRuntime:
                     self._artifacts.clear()
                 self._artifacts[key] = artifact
         return artifact
+
+
+def _torch_view(name: str, array, attrs: dict):
+    """View op ``name`` of the torch tensor ``array``, as ``trace_state.apply_view`` makes it
+    of a host array: a view of its memory, or for a reshape its strides do not allow, a copy;
+    None for a slice with a step below 1 (torch has no such views: a kernel copies it)."""
+    if name == "detach":
+        return array.detach()
+    if name == "slice":
+        if any(step < 1 for step in attrs["steps"]):
+            return None
+        return array[tuple(slice(*b) for b in zip(attrs["starts"], attrs["stops"],
+                                                  attrs["steps"]))]
+    if name == "permute":
+        return array.permute(tuple(attrs["dims"]))
+    if name == "expand":
+        return array.expand(tuple(attrs["shape"]))
+    try:
+        return array.view(tuple(attrs["shape"]))
+    except RuntimeError:  # the strides do not allow it: a copy, as NumPy's reshape makes
+        return array.reshape(tuple(attrs["shape"]))
 
 
 def _fast_key(op, types, attrs):

@@ -12,7 +12,13 @@ backend's runtime for ``cuda``. A runtime is any object with:
 - ``device_count() -> int``;
 - ``upload(host ndarray) -> array`` and ``download(array) -> ndarray`` (both copy);
 - ``device_of(array) -> device or None``: the device of one of its arrays (None: not one);
-- ``run(op, arrays, attrs, out_types) -> list of arrays``: registry op ``op`` on device arrays.
+- ``run(op, arrays, attrs, out_types) -> list of arrays``: registry op ``op`` on device arrays;
+  a view op (``OpDef.view``) gives a view of its input's memory where the host would give one
+  (a reshape the strides do not allow copies), so writes through it reach the input, as on
+  the host;
+- ``shares_memory(a, b) -> bool``: whether two of its arrays view the same memory;
+- ``overlapping(array) -> bool``: whether two elements of an array share memory (an expanded
+  view), which cannot be written in place.
 """
 from __future__ import annotations
 

@@ -13,7 +13,9 @@ a device runs through the device's runtime on the device arrays (``run_op``); it
 on the device. A 0-d CPU tensor (a Python scalar operand
 becomes one) may take part in an op on the device, as in PyTorch; any other mix of devices is a
 ``DeviceError`` naming the op and both devices. In-place writes (``add_``, ``x += y``,
-``x[i] = v``...) compute on the device and copy into the device array (``inplace.py``).
+``x[i] = v``...) compute on the device and copy into the device array (``inplace.py``). View
+ops (slices, reshapes, permutes, expands, detach) give views of the device memory, as on the
+host, so a write through a view reaches its base and every other view of it.
 """
 from __future__ import annotations
 
@@ -53,10 +55,11 @@ class DeviceTensorMixin:
         return int(self._data.element_size())
 
     def is_contiguous(self) -> bool:
-        return True  # device results are contiguous: runtimes never return views
+        return bool(self._data.is_contiguous())
 
     def contiguous(self):
-        return self
+        """Itself when contiguous, else a contiguous copy (as ``clone``, with its gradient)."""
+        return self if self.is_contiguous() else self.clone()
 
     def _host_values(self) -> np.ndarray:
         """A host copy of the values (a download)."""
@@ -207,6 +210,16 @@ def run_op(op, inputs, attrs, out_types) -> tuple:
         else:
             raise _mixed(op.name, where, t.device)
     return tuple(wrap(a, where) for a in runtime.run(op, arrays, attrs, out_types))
+
+
+def shares_memory(a, b) -> bool:
+    """Whether device tensors ``a`` and ``b`` (on one device) view the same memory."""
+    return a._device == b._device and RUNTIMES[a._device.type].shares_memory(a._data, b._data)
+
+
+def overlapping(t) -> bool:
+    """Whether two elements of device tensor ``t`` share memory (an expanded view)."""
+    return RUNTIMES[t._device.type].overlapping(t._data)
 
 
 def _mixed(op_name, a, b) -> DeviceError:

@@ -5,8 +5,8 @@ operands before anything is computed), runs the reference implementation, marks 
 share memory with the input as views, and records a tape node when gradients are needed.
 Under ``graphnn.autocast`` the operands are first cast as the op's autocast rule says. An op
 with an operand on a device (``cuda``) runs through that device's runtime instead of the
-reference implementation (``device_tensor.run_op``; its results stay on the device and are
-never views).
+reference implementation (``device_tensor.run_op``; its results stay on the device, and a view
+op's result that shares memory with its input is marked as a view, as on the host).
 While ``graphnn.trace`` runs, an op on symbolic inputs (or with no inputs) is recorded into the
 graph instead (see ``trace_state``): no implementation runs and no tape node is made.
 """
@@ -47,6 +47,11 @@ def apply_op(name: str, inputs, attrs=None) -> tuple:
     out_types = _eager_out_types(op, inputs, attrs)
     if any(t._on_device for t in inputs):  # a device's runtime runs it (device_tensor.py)
         outs = device_tensor.run_op(op, inputs, attrs, out_types)
+        if op.view and inputs[0]._on_device:
+            source = inputs[0]
+            for out in outs:
+                if device_tensor.shares_memory(out, source):
+                    inplace.record_view(out, source, name, attrs)
     else:
         arrays = op.run([t._data for t in inputs], attrs, out_types)
         outs = tuple(Tensor._wrap(a) for a in arrays)

@@ -3,8 +3,8 @@
 A view (the output of a shape op that shares memory with its input) remembers its parent, the
 op and attributes that made it, and shares its base's version counter. An in-place op computes
 its result functionally (through registry ops), checks it, then copies it into the tensor's
-memory (NumPy's ``copyto`` on the host, the device array's own ``copy_`` on a device, where
-results are never views); nothing is written when a check fails. When gradients are
+memory (NumPy's ``copyto`` on the host, the device array's own ``copy_`` on a device, whose
+views share memory as the host's do); nothing is written when a check fails. When gradients are
 recorded, the write also gives the tensor, and every parent up to its base, a new place in the
 graph: a parent's new value is written functionally as ``slice_scatter`` (or the inverse
 ``reshape``/``permute``) of the child's new value, as PyTorch's CopySlices does. A view
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.errors import AutogradError, DTypeError, ShapeError, UnsupportedError
-from . import dispatch, trace_state
+from . import device_tensor, dispatch, trace_state
 from .grad_mode import is_grad_enabled
 
 @dataclass
@@ -111,10 +111,10 @@ def _check_writable(t, op_name: str, recording: bool) -> None:
 def writable(t) -> bool:
     """Whether eager mode could write ``t``'s memory: it is writable, or it is a view in which
     no two elements share memory of a writable parent (as PyTorch allows: an expanded view
-    whose broadcast dimensions have size 1). Device results are never views, so a device
-    tensor is always writable."""
+    whose broadcast dimensions have size 1). A device tensor is writable unless two of its
+    elements share memory."""
     if t._on_device:
-        return True
+        return not device_tensor.overlapping(t)
     data = t._data if t._symbol is None else trace_state.layout(t)
     if data.flags.writeable:
         return True
