@@ -15,7 +15,6 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
 from compile_helpers import isolated_cache  # noqa: F401  (autouse: a kernel cache per test)
 from test_triton_backend import _host_ops, _sources
 from triton_helpers import INTERPRETER_WARNINGS, SMALL, compile_ahead_of_time
