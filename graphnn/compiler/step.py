@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..frontend.traced_backward import check_reduced
 from ..frontend.tracer import trace_with_state
 from .hyper_inputs import HyperInputs
 
@@ -37,6 +38,7 @@ def trace_function(fn, args, kwargs, step_state, name=None):
     changes = SlotChanges()
 
     def collect(state):
+        check_reduced(state)  # a data-parallel forward's reduction needs its backward here
         rebound, after = {}, step_state.slots()
         for slot in after:
             now = slot.get()

@@ -14,8 +14,10 @@ bound method the attributes of ``self``. ``StepState(fn)`` holds them and, at ea
   options, and the kind and sign of the hyper-parameters that are runtime inputs such as
   ``lr``, the modules' train/eval flags, which parameter and
   optimizer objects they are) for the compiled signature, and the modules (their hooks make a
-  call run eagerly), in one walk per call. What the function names is looked up again at
-  every call, so a global rebound to a new model or optimizer is seen.
+  call run eagerly; a data-parallel module's gradient hooks do not: its traced forward arms
+  the reduction instead, ``frontend.traced_backward``), in one walk per call. What the
+  function names is looked up again at every call, so a global rebound to a new model or
+  optimizer is seen.
 
 ``snapshot()``/``restore()`` put the slots and the optimizers' state dicts back after a trace.
 """
@@ -26,6 +28,7 @@ import inspect
 from dataclasses import dataclass
 
 from ..frontend.tensor import Tensor
+from ..frontend.traced_backward import is_traced
 from ..nn.module import Module, plain_attribute_writes
 from ..optim.optimizer import Optimizer
 from .hyper_inputs import signature_key
@@ -239,7 +242,8 @@ class StepState:
         """What one call needs, in one walk: bindings, the key and the modules (for hooks)."""
         named, modules, (modes, attributes) = self._walk()
         hooked = [name for name, t, kind in named if self.gradients and kind == "param"
-                  and t._accum is not None and any(t._accum.hooks.values())]
+                  and t._accum is not None and any(not is_traced(h) for hooks in
+                                                   t._accum.hooks.values() for h in hooks)]
         identity = tuple(id(t) for _, t, kind in named if kind == "param") + tuple(
             id(opt) for opt in self.optimizers.values())
         return CallState(self._bindings(named), self._key(modes) + (identity, attributes),

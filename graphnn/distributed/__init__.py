@@ -6,7 +6,7 @@ ones; ``env://`` as ``torchrun`` sets it up), ``get_rank``, ``get_world_size``, 
 tensors in place. ``graphnn.nn.parallel.DistributedDataParallel`` and ``graphnn.nn.SyncBatchNorm``
 are built on them. See docs/distributed.md.
 """
-from . import functional
+from . import functional, graph_ops  # graph_ops: the compiled all_reduce node's runtime
 from .collectives import ReduceOp, Work, all_gather, all_reduce, barrier, broadcast
 from .process_group import (DistributedError, destroy_process_group, get_backend, get_rank,
                             get_world_size, init_process_group, is_available, is_initialized,

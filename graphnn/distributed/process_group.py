@@ -81,6 +81,8 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
                             timeout=timeout, world_size=world_size, rank=rank, store=store,
                             **kwargs)
     _TIMEOUTS[None] = timeout
+    from . import graph_ops
+    graph_ops.install()  # compiled steps' all_reduce nodes now run the collective
 
 
 def _torch_device(device_id):
@@ -120,6 +122,8 @@ def destroy_process_group(group=None) -> None:
     _require_group().destroy_process_group(group)
     if group is None:
         _TIMEOUTS.clear()
+        from . import graph_ops
+        graph_ops.uninstall()  # all_reduce nodes are the identity again
     else:
         _TIMEOUTS.pop(id(group), None)
 

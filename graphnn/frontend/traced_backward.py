@@ -19,9 +19,19 @@ losses, so every gradient and every accumulation rounds as eagerly.
 Supported: ``backward`` of scalars, without ``create_graph``; leaves are the trace's bound
 tensors (parameters of the traced modules), not its inputs. Anything else raises
 ``UnsupportedError`` naming what was asked.
+
+Data-parallel modules (``graphnn.nn.parallel.DistributedDataParallel``) average gradients with
+tensor hooks eagerly; a trace runs no hooks. Instead their forward, while a trace runs, calls
+``reduce_gradients(params, reduce)``: the next traced ``backward`` passes the local gradients of
+``params`` (each one's incoming gradient added to its ``.grad``, as the hooks do) through
+``reduce`` (which records collective nodes) and rebinds each ``.grad`` to the result, as the
+hooks leave it. Hooks marked with ``mark_traced`` are such hooks: a compiled step need not fall
+back to eager for them. A reduction armed and never reached by a backward (a compiled forward
+without its backward) raises ``UnsupportedError`` when the trace ends (``check_reduced``).
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 from ..ir.errors import AutogradError, UnsupportedError
@@ -30,6 +40,40 @@ from . import trace_state
 from .grad_mode import no_grad
 
 GRAD_PREFIX = "grad:"
+_TRACED_MARK = "_graphnn_traced_by_forward"
+_ARMED = weakref.WeakKeyDictionary()  # TraceState -> [(params, reduce)] armed by forwards
+
+
+def mark_traced(hook):
+    """Mark ``hook`` (a tensor hook) as one whose work a traced forward arms with
+    ``reduce_gradients``; returns it."""
+    setattr(hook, _TRACED_MARK, True)
+    return hook
+
+
+def is_traced(hook) -> bool:
+    return getattr(hook, _TRACED_MARK, False)
+
+
+def reduce_gradients(params, reduce) -> None:
+    """Arm the active trace's next ``backward``: the gradients of ``params`` (a list of bound
+    leaf tensors) go through ``reduce(list of local gradients) -> list of results``."""
+    state = trace_state.active()
+    armed = _ARMED.setdefault(state, [])
+    if any(p is q for entry, _ in armed for p in entry for q in params):
+        raise UnsupportedError("graphnn.trace: a data-parallel forward ran twice before its "
+                               "backward (eagerly: 'Expected to have finished reduction')")
+    armed.append((list(params), reduce))
+
+
+def check_reduced(state) -> None:
+    """Raise ``UnsupportedError`` if a data-parallel forward of the trace armed a reduction
+    that no traced backward performed."""
+    if _ARMED.pop(state, None):
+        raise UnsupportedError("graphnn.trace: a DistributedDataParallel forward without its "
+                               "backward in the same compiled function: its gradients are "
+                               "averaged by hooks that compiled code does not run (compile the "
+                               "whole training step: forward, backward and optimizer step)")
 
 
 @dataclass
@@ -76,7 +120,7 @@ def traced_backward(state, tensors, grad_tensors, inputs, create_graph) -> None:
     wanted = None if inputs is None else {id(t) for t in inputs}
     reached = _ancestors(value)
     request = state.backward_request or BackwardRequest()
-    grads = {}
+    grads, incoming = {}, {}
     for tensor, leaf in _differentiable_leaves(state):
         if leaf.name not in reached or (wanted is not None and id(tensor) not in wanted):
             continue  # eager backward leaves .grad alone where the loss does not reach
@@ -84,12 +128,38 @@ def traced_backward(state, tensors, grad_tensors, inputs, create_graph) -> None:
         gradient = trace_state.symbolic(
             state.graph.add_input(name, TensorType(tuple(tensor.shape), tensor.dtype), "grad"))
         grads[name] = leaf.name
+        incoming[id(tensor)] = gradient
+    reduced = _reduce_armed(state, incoming)
+    for tensor, _ in _differentiable_leaves(state):
+        gradient = incoming.get(id(tensor))
+        if gradient is None or id(tensor) in reduced:
+            continue
         if tensor.grad is None:
             tensor.grad = gradient
         else:
             with no_grad():
                 tensor.grad.add_(gradient)
     state.backward_request = request.add(value.name, grads)
+
+
+def _reduce_armed(state, incoming) -> set:
+    """Perform the reductions armed for this backward (``reduce_gradients``): ids of the
+    parameters whose ``.grad`` they rebound."""
+    done = set()
+    for params, reduce in _ARMED.pop(state, []):
+        missing = [i for i, p in enumerate(params) if id(p) not in incoming]
+        if missing:
+            raise UnsupportedError(f"graphnn.trace: {len(missing)} parameter(s) of a "
+                                   f"data-parallel module get no gradient from this backward "
+                                   f"(unused parameters are handled eagerly only)")
+        with no_grad():
+            local = [incoming[id(p)] if p.grad is None else p.grad + incoming[id(p)]
+                     for p in params]
+            results = reduce(local)
+        for p, result in zip(params, results):
+            p.grad = result
+            done.add(id(p))
+    return done
 
 
 def _ancestors(value) -> set:

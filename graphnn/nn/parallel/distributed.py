@@ -8,8 +8,11 @@ asynchronous all-reduces launched from per-parameter gradient hooks while the ba
 next synchronised backward, which averages the accumulated sum. With ``broadcast_buffers``
 (default) each forward first copies rank 0's buffers (running statistics) to every rank.
 
-Eager only: a compiled step of a DDP model (the all-reduce as a node of the step's IR) is not
-built yet (docs/distributed.md).
+Compiled: while a trace runs (``graphnn.compile`` of a training step), ``forward`` runs no
+hook machinery; a synchronised forward arms the trace's backward to average the gradients with
+``all_reduce`` graph nodes (``Reducer.reduce_traced``). Compiled steps refuse (and so run
+eagerly, with a CompileWarning) ``find_unused_parameters`` and broadcasting buffers
+(docs/distributed.md).
 """
 from __future__ import annotations
 
@@ -17,7 +20,10 @@ import contextlib
 
 from ...distributed import collectives
 from ...distributed.process_group import _require_group
+from ...frontend import trace_state
 from ...frontend.grad_mode import is_grad_enabled, no_grad
+from ...frontend.traced_backward import reduce_gradients
+from ...ir.errors import UnsupportedError
 from ..module import Module
 from .reducer import Reducer
 
@@ -61,6 +67,8 @@ class DistributedDataParallel(Module):
 
     def forward(self, *inputs, **kwargs):
         syncing = is_grad_enabled() and self.require_backward_grad_sync
+        if trace_state.active() is not None:
+            return self._traced_forward(syncing, inputs, kwargs)
         if syncing:
             self.reducer.check_finished()
         if self.broadcast_buffers:
@@ -68,6 +76,21 @@ class DistributedDataParallel(Module):
         output = self.module(*inputs, **kwargs)
         if syncing:
             self.reducer.prepare(output)
+        return output
+
+    def _traced_forward(self, syncing, inputs, kwargs):
+        """``forward`` while a trace runs: the module's forward, and for a synchronised
+        iteration the trace's backward armed to average the gradients (see the docstring)."""
+        self.reducer.check_finished()
+        if self.broadcast_buffers and any(b is not None for b in self.module.buffers()):
+            raise UnsupportedError("DistributedDataParallel: broadcast_buffers of a module with "
+                                   "buffers is not compiled (pass broadcast_buffers=False)")
+        if syncing and self.find_unused_parameters:
+            raise UnsupportedError("DistributedDataParallel: find_unused_parameters=True is not "
+                                   "compiled")
+        output = self.module(*inputs, **kwargs)
+        if syncing:
+            reduce_gradients(self.reducer.params, self.reducer.reduce_traced)
         return output
 
     @contextlib.contextmanager

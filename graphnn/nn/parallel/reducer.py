@@ -16,6 +16,12 @@ leaf's hook and then its accumulation before moving on) and returns its own aver
 engine stores into its ``.grad``. So when ``backward()`` returns, every ``.grad`` holds the
 average over ranks.
 
+In a traced (compiled) step no hook runs: ``DistributedDataParallel.forward`` arms the trace's
+backward with ``reduce_traced`` instead (``frontend.traced_backward.reduce_gradients``), which
+averages the same buckets with one ``all_reduce`` graph node each (flatten, reduce, split), so
+the compiled step computes what the hooks compute, in the same order. The hooks are marked
+(``mark_traced``) so that compiling does not fall back to eager because of them.
+
 With ``find_unused_parameters`` the forward's outputs are searched for the parameters the
 graph reaches; the others are ready at once with their current ``.grad`` (zeros when None), and
 a used-anywhere mask is all-reduced with the buckets: a parameter no rank used keeps its
@@ -24,9 +30,11 @@ a used-anywhere mask is all-reduced with the buckets: a parameter no rank used k
 from __future__ import annotations
 
 from ...distributed import collectives
+from ...distributed.graph_ops import all_reduce_node
 from ...distributed.process_group import DistributedError
 from ...frontend.creation import zeros, zeros_like
 from ...frontend.grad_mode import no_grad
+from ...frontend.traced_backward import mark_traced
 from ...frontend.tensor_shape import cat
 
 FIRST_BUCKET_BYTES = 1024 * 1024
@@ -96,7 +104,8 @@ class Reducer:
         self.buckets = assign_buckets(params, bucket_cap_bytes)
         self.bucket_of = {i: b for b, bucket in enumerate(self.buckets) for i in bucket}
         self.active = False
-        self.handles = [p.register_hook(self._hook(i)) for i, p in enumerate(params)]
+        self.handles = [p.register_hook(mark_traced(self._hook(i)))
+                        for i, p in enumerate(params)]
 
     def check_finished(self) -> None:
         """Raise unless the last armed backward's reduction completed."""
@@ -119,6 +128,21 @@ class Reducer:
                 self._ready(i, zeros_like(p) if p.grad is None else p.grad, used=False)
         if all(m == 0 for m in self.missing):
             self._finish(current=None)
+
+    def reduce_traced(self, local):
+        """The averages of the local gradients ``local`` (one per parameter, in order) while
+        a trace runs: per bucket, the flattened gradients concatenated, one ``all_reduce``
+        node (AVG), split back into the parameters' shapes."""
+        out = [None] * len(self.params)
+        for bucket in self.buckets:
+            flat = cat([local[i].reshape(-1) for i in bucket])
+            averaged = all_reduce_node(flat, collectives.ReduceOp.AVG, self.group)
+            offset = 0
+            for i in bucket:
+                n = self.params[i].numel()
+                out[i] = averaged[offset:offset + n].reshape(self.params[i].shape)
+                offset += n
+        return out
 
     def _hook(self, index):
         def hook(grad):

@@ -1,0 +1,66 @@
+"""Collectives inside compiled code: the runtime of the IR's ``all_reduce`` node.
+
+``graphnn/ir/ops/collective.py`` defines the node with the identity as its reference
+implementation; ``install()`` (called by ``init_process_group``) replaces that by
+``_all_reduce_array``, which runs ``torch.distributed.all_reduce`` on a copy of the array the
+kernel hands it, and ``uninstall()`` (``destroy_process_group``) puts the identity back. The
+node names its process group by a small integer (``group_id``: 0 for the default group, then
+1, 2, ... in the order groups first reach a compiled step in this process).
+
+``all_reduce_node(tensor, op, group)`` applies the op to a tensor: while a trace runs it records
+the node, eagerly it runs the collective (a new tensor, not differentiated).
+"""
+from __future__ import annotations
+
+from ..frontend.dispatch import apply_op
+from ..ir.ops import collective
+from ..ir.torch_arrays import from_torch, to_torch
+from .collectives import ReduceOp, _torch_op
+from .process_group import _require_group, describe_failure
+
+_GROUPS = {0: None}  # group id -> the torch process group (None: the default one)
+
+
+def group_id(group) -> int:
+    """The node attribute naming ``group`` (None: the default group, 0)."""
+    for key, known in _GROUPS.items():
+        if known is group:
+            return key
+    key = len(_GROUPS)
+    _GROUPS[key] = group
+    return key
+
+
+def _all_reduce_array(array, op: str, group: int):
+    """``array`` combined over the group's ranks, as a new array: SUM, or AVG (SUM then a
+    division where the backend has no AVG, as the eager ``collectives.all_reduce``)."""
+    dist = _require_group()
+    torch_group = _GROUPS[group]
+    shared = to_torch(array.copy())
+    torch_op, divide = _torch_op(dist, ReduceOp[op.upper()], torch_group)
+    try:
+        dist.all_reduce(shared, torch_op, torch_group)
+    except RuntimeError as err:
+        raise describe_failure("all_reduce (compiled)", err, torch_group) from err
+    if divide:
+        shared.div_(dist.get_world_size(torch_group))
+    return from_torch(shared)
+
+
+def install() -> None:
+    collective.set_implementation("all_reduce", _all_reduce_array)
+
+
+def uninstall() -> None:
+    collective.set_implementation("all_reduce", None)
+    for key in [k for k in _GROUPS if k]:
+        del _GROUPS[key]
+
+
+def all_reduce_node(tensor, op=ReduceOp.AVG, group=None):
+    """The registry op ``all_reduce`` of ``tensor`` (SUM or AVG) over ``group``: a graph node
+    while a trace runs, the collective itself eagerly; a new tensor either way."""
+    if op not in (ReduceOp.SUM, ReduceOp.AVG):
+        raise ValueError(f"all_reduce_node: SUM or AVG, got {op}")
+    return apply_op("all_reduce", [tensor], {"op": op.value.lower(),
+                                             "group": group_id(group)})[0]

@@ -1,0 +1,55 @@
+"""Collectives as graph nodes: ``all_reduce(x, op="avg"|"sum", group=0)``.
+
+A compiled data-parallel training step averages its gradients over the processes inside the
+step: the traced step holds an ``all_reduce`` node per gradient bucket
+(``graphnn.nn.parallel``), which backends run as an EXTERN unit (the op's group, FUSED, has no
+kernel kind of its own), i.e. by calling this reference implementation.
+
+The reference implementation is the identity (a copy), which is right for a world of one
+process. The real collective is supplied at run time: ``ir`` does not import
+``graphnn.distributed``; instead ``graphnn.distributed`` installs an implementation here
+(``set_implementation``) when a process group is initialised and removes it when the group is
+destroyed. ``group`` is a small integer naming the process group (0: the default one) that the
+installed implementation resolves. Every rank must run the same nodes in the same order (the
+same graph on every rank does), as for eager collectives.
+
+Not differentiable: the node reduces gradients after autodiff has computed them (the eager
+differentiable all-reduce is ``graphnn.distributed.functional.all_reduce``).
+"""
+from __future__ import annotations
+
+from ..errors import DTypeError
+from ..registry import Attr, NotDifferentiable, OpDef, OpGroup, register
+
+_IMPLEMENTATION = {}  # "all_reduce" -> fn(array, op, group) -> a new array
+
+
+def set_implementation(name: str, fn) -> None:
+    """Install ``fn(array, op, group) -> array`` as collective ``name``'s runtime (None: the
+    identity reference again). ``fn`` must not write into ``array``."""
+    if fn is None:
+        _IMPLEMENTATION.pop(name, None)
+    else:
+        _IMPLEMENTATION[name] = fn
+
+
+def _infer(types, *, op, group):
+    (x,) = types
+    if op == "avg" and not x.dtype.is_floating_point:
+        raise DTypeError(f"all_reduce: op 'avg' needs a floating-point tensor, got "
+                         f"{x.dtype.name}")
+    return x
+
+
+def _all_reduce(x, *, op, group):
+    fn = _IMPLEMENTATION.get("all_reduce")
+    return x.copy() if fn is None else fn(x, op, group)
+
+
+register(OpDef(name="all_reduce", group=OpGroup.FUSED, infer=_infer, impl=_all_reduce,
+               grad=NotDifferentiable("all_reduce: a collective over processes; compiled "
+                                      "steps apply it to gradients after autodiff"),
+               attrs={"op": Attr("str", "avg", ("avg", "sum")), "group": Attr("int", 0)},
+               saves_inputs=(),
+               doc="the sum or mean of x over the processes of a group (identity for one "
+                   "process; graphnn.distributed supplies the collective at run time)"))
