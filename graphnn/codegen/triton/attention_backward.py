@@ -156,8 +156,6 @@ class _Backward:
             body.emit(f"b{head} = hk * {ops.groups}")
         body.emit("cols = ktile * BLOCK_N + tl.arange(0, BLOCK_N)")
         body.emit(f"cmask = cols < {ops.s}")
-        kb = ops.load(self.k, "cols[:, None]", "dq[None, :]", "cmask[:, None] & dmask[None, :]",
-                      grouped=True)
         kt = ops.load(self.k, "cols[None, :]", "dq[:, None]", "dmask[:, None] & cmask[None, :]",
                       grouped=True)
         body.emit(f"dk_acc = tl.zeros([BLOCK_N, BLOCK_D], {self.acc})")
