@@ -61,8 +61,8 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_the_chosen_warps_and_stages_reach_the_launch_and_compile(case, isolated_cache,  # noqa: F811
-                                                                  monkeypatch, tmp_path):
+def test_the_chosen_warps_and_stages_reach_the_launch_and_compile(
+        case, isolated_cache, monkeypatch, tmp_path):  # noqa: F811
     module, fn, shapes, favourite = CASES[case]
     timed = _fake_gpu(monkeypatch, module, favourite)
     stage = _stage(fn, *shapes)

@@ -89,7 +89,7 @@ class _Contraction:
     def open(self) -> None:
         """Emit the program's group ``grp``, its ``rows``/``cols`` and their masks."""
         body, tiles = self.body, self.tiles_m * self.tiles_n
-        body.emit("pid = tl.program_id(0)")
+        body.emit(f"pid = {body.program()}")
         body.emit(f"tile = pid % {tiles}")
         body.emit(f"grp = pid // {tiles}")
         body.emit(f"rows = (tile // {self.tiles_n}) * BLOCK_M + tl.arange(0, BLOCK_M)")
@@ -106,7 +106,7 @@ class _Contraction:
         body.emit(f"acc = tl.zeros([BLOCK_M, BLOCK_N], {self.acc_type})")
         body.emit(f"for start in range(0, {self.k}, BLOCK_K):")
         body.indent += 1
-        body.emit("ks = start + tl.arange(0, BLOCK_K)")
+        body.emit(f"ks = start + {body.arange('BLOCK_K')}")
         body.emit(f"kmask = ks < {self.k}")
         a, b = tiles()
         if exact is not None:
@@ -186,7 +186,7 @@ def _input_grad(c: _Contraction, g: _Geometry, node, unit) -> str:
     def exact():
         body.emit("for kk in range(0, BLOCK_K):")
         body.indent += 1
-        valid, a, b = taps("(start + kk)", "1", "", "", "", "")
+        valid, a, b = taps(body.index("(start + kk)"), "1", "", "", "", "")
         a, b = (body.cast(t, c.acc_type, c.acc_type) for t in (a, b))
         body.emit(f"acc += tl.where({valid}[:, None], {a}[:, None] * {b}[None, :], 0)")
         body.indent -= 1
@@ -268,7 +268,7 @@ def _source(name: str, unit, product: _Product, config: Config, interpreter_form
     node = unit.nodes[0]
     out = node.outputs[0]
     acc_type = compute(out.type.dtype)
-    body = KernelBody(interpreter_form)
+    body = KernelBody(interpreter_form, unit)
     g = product.geometry
     c = _Contraction(body, product.m, product.n, product.k, config, acc_type)
     c.open()

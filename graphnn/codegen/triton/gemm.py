@@ -181,8 +181,8 @@ def _source(name: str, unit, g: _Gemm, config: Config, interpreter_form: bool) -
     block = dict(config.blocks)
     m, k, n, batch = g.m, g.k, g.n, g.batch
     tiles_m, tiles_n = -(-m // block["BLOCK_M"]), -(-n // block["BLOCK_N"])
-    body = KernelBody(interpreter_form)
-    body.emit("pid = tl.program_id(0)")
+    body = KernelBody(interpreter_form, unit)
+    body.emit(f"pid = {body.program()}")
     body.emit(f"tile = pid % {tiles_m * tiles_n}")
     body.emit(f"batch = pid // {tiles_m * tiles_n}")
     live = [d for d in range(len(batch)) if batch[d] > 1]
@@ -197,7 +197,7 @@ def _source(name: str, unit, g: _Gemm, config: Config, interpreter_form: bool) -
     body.emit(f"acc = tl.zeros([BLOCK_M, BLOCK_N], {g.acc_type})")
     body.emit(f"for start in range(0, {k}, BLOCK_K):")
     body.indent += 1
-    body.emit("ks = start + tl.arange(0, BLOCK_K)")
+    body.emit(f"ks = start + {body.arange('BLOCK_K')}")
     body.emit(f"kmask = ks < {k}")
     a_tile = body.load(f"in{unit.read_index(g.a)}",
                        f"{_batch_offset(g.a2[:-2], batch, m * k)}rows[:, None] * {k} + "

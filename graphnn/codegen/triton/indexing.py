@@ -1,5 +1,6 @@
 """The ``@triton.jit`` source of ``scatter_gather`` units: ``gather``, ``index`` (embedding
-lookups), ``scatter_add``, ``index_put`` and ``max_pool2d_backward`` (``pool.py``).
+lookups), ``scatter_add``, ``index_put``, ``max_pool2d_backward`` (``pool.py``) and the scans
+``cumsum`` and ``cumprod`` (``scan.py``).
 
 Each op is described as a ``_Space``: the space ``P`` of the positions it visits (the index's
 shape for ``gather``/``scatter_add``, the indexed shape for ``index``/``index_put``), for each
@@ -37,6 +38,7 @@ from graphnn.ir.ops.shape_rules import broadcast_shapes
 from .kernels import Blocks, KernelBody, Launch, aligned_strides, launch_of, next_pow2
 from .ops import ROUNDED, Unlowered, compute
 from .pool import load_computed, max_pool2d_backward
+from .scan import SCAN_OPS, scan
 
 
 def _strides(shape) -> list:
@@ -137,8 +139,8 @@ def _load_indices(body, unit, space, names, mask) -> tuple:
 def _read(name, unit, space, x, blocks, interpreter_form) -> Launch:
     """A gather-like read of ``x`` over ``space`` (see the module docstring)."""
     numel = math.prod(space.shape)
-    body = KernelBody(interpreter_form)
-    body.emit("offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)")
+    body = KernelBody(interpreter_form, unit)
+    body.emit(f"offs = {body.program()} * BLOCK + tl.arange(0, BLOCK)")
     body.emit(f"mask = offs < {numel}")
     body.emit("zero = offs * 0")
     names = [f"p{k}" for k in range(len(space.shape))]
@@ -172,8 +174,8 @@ def _write(name, unit, space, base, src, accumulate, blocks, interpreter_form) -
     own_dims = [e for e in range(len(space.base)) if e not in space.walks]
     lines = math.prod(lines_shape)
     strides = _strides(space.base)
-    body = KernelBody(interpreter_form)
-    body.emit("lanes = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)")
+    body = KernelBody(interpreter_form, unit)
+    body.emit(f"lanes = {body.program()} * BLOCK + tl.arange(0, BLOCK)")
     body.emit(f"lmask = lanes < {lines}")
     body.emit("zero = lanes * 0")
     coordinates(body, "lanes", lines_shape, [f"l{e}" for e in line_dims])
@@ -182,7 +184,7 @@ def _write(name, unit, space, base, src, accumulate, blocks, interpreter_form) -
     own = [space.base[e] for e in own_dims]
     body.emit(f"for j in range({math.prod(own)}):")  # copy the program's lines
     body.indent += 1
-    coordinates(body, "j", own, [f"j{e}" for e in own_dims])
+    coordinates(body, body.index("j"), own, [f"j{e}" for e in own_dims])
     at = f"line + {_offset([strides[e] for e in own_dims], [f'j{e}' for e in own_dims])}"
     body.emit(f"tl.store(out0 + {at}, tl.load(in{unit.read_index(base)} + {at}, mask=lmask), "
               f"mask=lmask)")
@@ -225,6 +227,8 @@ def scatter_gather(name: str, unit, blocks: Blocks, interpreter_form: bool) -> L
     op, ins, attrs = node.op, node.inputs, node.attrs
     if op == "max_pool2d_backward":
         return max_pool2d_backward(name, unit, blocks, interpreter_form)
+    if op in SCAN_OPS:
+        return scan(name, unit, blocks, interpreter_form)
     if op in ("gather", "scatter_add"):
         space = _gather_space(ins[0], ins[1], attrs["dim"])
     elif op in ("index", "index_put"):

@@ -89,15 +89,41 @@ def aligned_strides(shape, target, dims, ndim):
     return out
 
 
-class KernelBody:
-    """The lines of one jit function and the variables of its values."""
+# a tensor of this many elements or more is addressed with int64 offsets: int32 offsets (a
+# block's lanes past its end included, which masks must see as past it) would overflow
+INT32_LIMIT = 2 ** 31 - 2 ** 16
 
-    def __init__(self, interpreter_form: bool):
+
+def needs_int64(unit) -> bool:
+    """Whether a tensor ``unit`` reads or writes has ``INT32_LIMIT`` elements or more."""
+    return any(math.prod(v.type.shape) >= INT32_LIMIT for v in [*unit.reads, *unit.writes])
+
+
+class KernelBody:
+    """The lines of one jit function and the variables of its values. For a ``unit`` with a
+    tensor of ``INT32_LIMIT`` elements or more (``needs_int64``) the kernel is *wide*: its
+    program number and block ranges (``program``, ``arange``, ``index``) are int64, so every
+    offset computed from them is."""
+
+    def __init__(self, interpreter_form: bool, unit=None):
         self.lines: list[str] = []
         self.indent = 1
         self.count = 0
         self.held: dict = {}  # variable -> the Triton dtype it holds when not its compute dtype
         self.interpreter_form = interpreter_form
+        self.wide = unit is not None and needs_int64(unit)
+
+    def program(self) -> str:
+        """The program's number (int64 in a wide kernel)."""
+        return "tl.program_id(0).to(tl.int64)" if self.wide else "tl.program_id(0)"
+
+    def arange(self, block: str) -> str:
+        """``tl.arange(0, block)`` (int64 in a wide kernel)."""
+        return f"tl.arange(0, {block}).to(tl.int64)" if self.wide else f"tl.arange(0, {block})"
+
+    def index(self, expr: str) -> str:
+        """A scalar loop index as offsets take it (int64 in a wide kernel)."""
+        return f"tl.cast({expr}, tl.int64)" if self.wide else expr  # the interpreter's are ints
 
     def emit(self, line: str) -> None:
         self.lines.append("    " * self.indent + line)
@@ -119,8 +145,11 @@ class KernelBody:
             return f"({name} != 0)"
         return f"{name}.to({dst})"
 
-    def load(self, pointer: str, offset: str, mask: str, dtype) -> str:
-        var = self.tmp(f"tl.load({pointer} + {offset}, mask={mask}, other=0)")
+    def load(self, pointer: str, offset: str | None, mask: str | None, dtype) -> str:
+        """A variable holding a masked load at ``pointer + offset`` (0 where masked off), or
+        the scalar at ``pointer`` when ``offset`` is None (a 0-d value: always there)."""
+        var = self.tmp(f"tl.load({pointer})" if offset is None else
+                       f"tl.load({pointer} + {offset}, mask={mask}, other=0)")
         if dtype.name in ROUNDED:
             if self.interpreter_form:
                 return self.tmp(f"{var}.to(tl.float32)")
@@ -225,6 +254,10 @@ def pointwise_body(body: KernelBody, unit, program: str, pointers: dict) -> int:
     ``unit.space`` (``program``: the program's number, a parenthesized expression or a call),
     loading each read and storing each write through ``pointers`` (value name -> pointer
     argument); the number of elements of the space. ``Unlowered`` if a node has no template.
+    In the GPU form 0-d reads are loaded as scalars, so arithmetic on them (an optimizer
+    step's hyper-parameters, Adam's bias corrections) runs once per thread, not once per
+    element; a store broadcasts them. The interpreter form loads them as blocks (a broadcast
+    load), because the interpreter cannot ``&`` a scalar bool with a block of bools.
     The kernel template of a pointwise unit, and of each group of a fused optimizer update."""
     shape = tuple(unit.space)
     ndim, numel = len(shape), math.prod(shape)
@@ -239,9 +272,12 @@ def pointwise_body(body: KernelBody, unit, program: str, pointers: dict) -> int:
             strides = aligned_strides(v.type.shape, shape, dims, ndim)
             if strides is None:
                 raise Unlowered(f"%{v.name} does not broadcast to {shape}")
-            where[v.name] = body.load(pointers[v.name],
-                                      _offset(strides, "offs", "i", dims, shape), "mask",
-                                      v.type.dtype)
+            if v.type.ndim == 0 and not body.interpreter_form:  # a scalar (see the docstring)
+                where[v.name] = body.load(pointers[v.name], None, None, v.type.dtype)
+            else:
+                where[v.name] = body.load(pointers[v.name],
+                                          _offset(strides, "offs", "i", dims, shape), "mask",
+                                          v.type.dtype)
         return where[v.name]
 
     for node in unit.nodes:
@@ -259,10 +295,10 @@ def pointwise_body(body: KernelBody, unit, program: str, pointers: dict) -> int:
 
 def pointwise(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     """A pointwise kernel over ``unit.space``; ``Unlowered`` if a node has no template."""
-    body = KernelBody(interpreter_form)
+    body = KernelBody(interpreter_form, unit)
     pointers = {v.name: f"in{k}" for k, v in enumerate(unit.reads)}
     pointers.update({v.name: f"out{k}" for k, v in enumerate(unit.writes)})
-    numel = pointwise_body(body, unit, "tl.program_id(0)", pointers)
+    numel = pointwise_body(body, unit, body.program(), pointers)
     block = min(next_pow2(numel), blocks.pointwise)
     return launch_of(name, unit, body, -(-numel // block), {"BLOCK": block})
 
@@ -303,7 +339,7 @@ class _Reduction:
         self.persistent = next_pow2(self.cols) <= blocks.row
         self.block_c = next_pow2(self.cols) if self.persistent else blocks.loop
         self.block_r = max(1, min(next_pow2(self.rows), blocks.tile // self.block_c))
-        self.body = KernelBody(interpreter_form)
+        self.body = KernelBody(interpreter_form, unit)
         self.acc_type = compute(pivot.outputs[0].type.dtype)
         self.spaces = self._spaces()
         self.row_vars: dict = {}
@@ -408,11 +444,11 @@ class _Reduction:
         """Start a column block: (looped) a loop, its indices, the mask and the prologue."""
         body = self.body
         if self.persistent:
-            body.emit("cols = tl.arange(0, BLOCK_C)")
+            body.emit(f"cols = {body.arange('BLOCK_C')}")
         else:
             body.emit(f"for start in range(0, {self.cols}, BLOCK_C):")
             body.indent += 1
-            body.emit("cols = start + tl.arange(0, BLOCK_C)")
+            body.emit(f"cols = start + {body.arange('BLOCK_C')}")
         body.emit(f"mask = rmask[:, None] & (cols < {self.cols})[None, :]")
         _indices(body, "cols", "c", self.reduced, self.shape)
         self.full_vars = {}
@@ -511,7 +547,7 @@ def reduction(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch
         raise Unlowered("not one supported reduction")
     r = _Reduction(unit, pivots[0], blocks, interpreter_form)
     body, pivot = r.body, r.pivot
-    body.emit("rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)")
+    body.emit(f"rows = {body.program()} * BLOCK_R + tl.arange(0, BLOCK_R)")
     body.emit(f"rmask = rows < {r.rows}")
     _indices(body, "rows", "r", r.kept, r.shape)
     result = _pivot_result(r)

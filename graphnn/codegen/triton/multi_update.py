@@ -7,8 +7,10 @@ moments and parameter, per parameter).
   batch of pointwise groups that read nothing another group of the batch writes, so their
   programs may run in any order. Groups are taken as soon as what they read is written:
   lone groups first, then every ready pointwise group at once. A training step's groups
-  (SGD, Adam, AdamW) form one batch; Adam's per-parameter bias corrections (``pow`` by the
-  step count, which has no template) run on the host before it.
+  (SGD, Adam, AdamW) form one batch: Adam's per-parameter step count and bias corrections
+  (``pow`` by the step count, ``ops._float_pow``) are 0-d groups recomputed inside each
+  parameter's group (``units._inline_scalars``), the new step count also stored by a group
+  of its own in the same launch.
 - A batch holds at most ``MAX_POINTERS`` distinct pointer arguments (its reads, shared ones
   counted once, and its writes): 256 pointers are 2 KiB of kernel parameters, half the 4 KiB
   that CUDA before 12.1 allows a launch (Triton adds two hidden scratch pointers). A larger
@@ -81,12 +83,12 @@ def batches(groups) -> list:
 def multi_update(name: str, unit, blocks, interpreter_form: bool) -> Launch:
     """The one kernel of a batch (``unit.parts``: its groups; ``unit.reads`` and
     ``unit.writes``: theirs, each once); ``Unlowered`` if a group has no template."""
-    body = KernelBody(interpreter_form)
+    body = KernelBody(interpreter_form, unit)
     pointers = {v.name: f"in{k}" for k, v in enumerate(unit.reads)}
     pointers.update({v.name: f"out{k}" for k, v in enumerate(unit.writes)})
     largest = max(math.prod(g.space) for g in unit.parts)
     block = min(next_pow2(largest), blocks.pointwise)
-    body.emit("pid = tl.program_id(0)")
+    body.emit(f"pid = {body.program()}")
     start = 0
     for group in unit.parts:
         count = -(-math.prod(group.space) // block)

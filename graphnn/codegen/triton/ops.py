@@ -183,16 +183,76 @@ _POWERS = {1.0: "{x}", 2.0: "({x} * {x})", 3.0: "({x} * {x} * {x})", 0.5: "tl.sq
            -1.0: "(1.0 / {x})", -0.5: "(1.0 / tl.sqrt({x}))"}
 
 
+def _integer_power(a: str, e: str, em) -> str:
+    """``a ** e`` for float64 ``a`` and integer-valued ``e`` with ``|e| < 2**32`` (other lanes
+    give garbage), by binary powering in double-double arithmetic (``tl.fma`` products: a
+    relative error near ``|e| * 2**-100`` before the final rounding, so the reference's
+    correctly rounded values come out bit for bit) as long as no power of ``a`` it forms
+    overflows or underflows. A static loop of 32 steps: in a pointwise kernel a 0-d value is a
+    scalar, so a 0-d power (an optimizer step's bias corrections) costs 32 steps per thread."""
+    n = em.tmp(f"tl.where(tl.abs({e}) < 4294967296.0, tl.abs({e}), 0.0).to(tl.int64)")
+    zero = f"({a} * 0.0 + {e} * 0.0)"  # of the broadcast shape, as the loop carries it
+    rh, rl, sh, sl = (em.tmp(v) for v in (f"{zero} + 1.0", zero, f"{a} + {zero}", zero))
+    em.emit(f"for {rh}_bit in range(32):")
+    em.indent += 1
+    bit = em.tmp(f"(({n} >> {rh}_bit) & 1) != 0")
+    ph = em.tmp(f"{rh} * {sh}")
+    pl = em.tmp(f"tl.fma({rh}, {sh}, -{ph}) + ({rh} * {sl} + {rl} * {sh})")
+    th = em.tmp(f"{ph} + {pl}")
+    em.emit(f"{rl} = tl.where({bit}, {pl} - ({th} - {ph}), {rl})")
+    em.emit(f"{rh} = tl.where({bit}, {th}, {rh})")
+    qh = em.tmp(f"{sh} * {sh}")
+    ql = em.tmp(f"tl.fma({sh}, {sh}, -{qh}) + 2.0 * {sh} * {sl}")
+    em.emit(f"{sh} = {qh} + {ql}")
+    em.emit(f"{sl} = {ql} - ({sh} - {qh})")
+    em.indent -= 1
+    inv = em.tmp(f"1.0 / {rh}")
+    return f"tl.where({e} < 0, {inv} + (tl.fma(-{rh}, {inv}, 1.0) - {rl} * {inv}) * {inv}, " \
+           f"{rh} + {rl})"
+
+
+def _float_pow(x: str, y: str, out: str, em) -> str:
+    """``x ** y`` for floats ``x`` and ``y`` (variables in the compute dtype ``out``) as the
+    reference's ``np.power``. The magnitude is ``exp(y * log|x|)`` in float64, with the
+    product's rounding error (exact through ``tl.fma``) put back as a factor ``1 + err``,
+    rounded once to ``out``: float32 results are within one ulp of the reference, float64 ones
+    within a few ulps times ``|y * log|x||`` (the error of ``log``). A float64 result by an
+    integer exponent (``|y| < 2**32``) whose magnitude lies in [1e-300, 1e300] takes
+    ``_integer_power`` instead: the reference's value bit for bit. Then C's special cases:
+    ``x ** 0`` and ``1 ** y`` are 1 (NaN included), ``(+-1) ** +-inf`` is 1, a negative base to
+    an odd integer is negative (-0.0 and -inf too, by the sign bit), a finite negative base to
+    a finite non-integer is NaN; zero and infinite bases follow from ``log 0 = -inf``."""
+    b, e = (em.tmp(v if out == "tl.float64" else f"{v}.to(tl.float64)") for v in (x, y))
+    a = em.tmp(f"tl.abs({b})")
+    log = em.tmp(f"tl.log({a})")
+    p = em.tmp(f"{e} * {log}")
+    err = em.tmp(f'tl.where(tl.abs({p}) < float("inf"), tl.fma({e}, {log}, -{p}), 0.0)')
+    m = em.tmp(f"tl.exp({p}) * (1.0 + {err})")
+    whole = em.tmp(f"tl.floor({e}) == {e}")
+    if out == "tl.float64":
+        exact = _integer_power(a, e, em)
+        m = em.tmp(f"tl.where({whole} & (tl.abs({e}) < 4294967296.0) & ({m} > 1e-300) & "
+                   f"({m} < 1e300), {exact}, {m})")
+    odd = em.tmp(f"{whole} & (tl.floor({e} * 0.5) != {e} * 0.5)")
+    r = em.tmp(f"tl.where(({b}.to(tl.int64, bitcast=True) < 0) & {odd}, -{m}, {m})")
+    r = em.tmp(f'tl.where(({b} < 0) & ({b} > -float("inf")) & ({whole} == 0), float("nan"), '
+               f'{r})')
+    one = f'({e} == 0) | ({b} == 1.0) | (({a} == 1.0) & (tl.abs({e}) == float("inf")))'
+    r = f"tl.where({one}, 1.0, {r})"
+    return r if out == "tl.float64" else f"({r}).to({out})"
+
+
 def _pow(node, args, em):
-    """Float powers with a known exponent in ``_POWERS`` (x * x is NumPy's x ** 2 exactly);
-    other powers have no template."""
+    """Float powers: by a known exponent in ``_POWERS``, that expression (x * x is NumPy's
+    x ** 2 exactly), else ``_float_pow``; integer powers have no template."""
     out = _out(node)
+    if out not in ("tl.float32", "tl.float64"):
+        raise Unlowered("pow of integers")
     exponent = known_scalar(node.inputs[1])
-    if out not in ("tl.float32", "tl.float64") or exponent is None \
-            or float(exponent) not in _POWERS:
-        raise Unlowered("pow without a known exponent of 1, 2, 3, 0.5, -1 or -0.5")
-    x = em.tmp(_operands(node, args, em, out)[0])
-    return _POWERS[float(exponent)].format(x=x)
+    x, y = _operands(node, args, em, out)
+    if exponent is not None and float(exponent) in _POWERS:
+        return _POWERS[float(exponent)].format(x=em.tmp(x))
+    return _float_pow(em.tmp(x), em.tmp(y), out, em)
 
 
 def _cast(node, args, em):

@@ -52,7 +52,7 @@ def _launch(name, unit, body, numel, blocks) -> Launch:
 def _open(body, shape, prefix) -> None:
     """``offs``/``mask`` over the flattened (N, C, rows, columns) ``shape``, the plane
     offset ``plane`` (n * C + c) and the row and column ``{prefix}r``, ``{prefix}c``."""
-    body.emit("offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)")
+    body.emit(f"offs = {body.program()} * BLOCK + tl.arange(0, BLOCK)")
     body.emit(f"mask = offs < {math.prod(shape)}")
     body.emit(f"plane = offs // {shape[2] * shape[3]}")
     body.emit(f"{prefix}r = (offs // {shape[3]}) % {shape[2]}")
@@ -68,7 +68,7 @@ def max_pool2d(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launc
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = _geometry(node.attrs)
     h, w = x.type.shape[2:]
     out_shape = tuple(values.type.shape)
-    body = KernelBody(interpreter_form)
+    body = KernelBody(interpreter_form, unit)
     _open(body, out_shape, "p")
     body.emit(f"r0 = pr * {sh} - {ph}")
     body.emit(f"c0 = pc * {sw} - {pw}")
@@ -117,7 +117,7 @@ def max_pool2d_backward(name: str, unit, blocks: Blocks, interpreter_form: bool)
     ho, wo = g.type.shape[2:]
     if has_outside_windows(shape, *geometry, (ho, wo)):
         raise Unlowered("max_pool2d_backward with windows wholly in the padding")
-    body = KernelBody(interpreter_form)
+    body = KernelBody(interpreter_form, unit)
     _open(body, shape, "i")
     acc = compute(g.type.dtype)
     body.emit(f"acc = tl.zeros([BLOCK], {acc})")

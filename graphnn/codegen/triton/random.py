@@ -31,7 +31,6 @@ from .ops import Unlowered, compute
 
 RANDOM_OPS = frozenset({"rand", "randn", "randint"})
 _TWO_PI = 6.283185307179586
-_INT32_LIMIT = 2 ** 31  # flat offsets at or above it are computed in int64
 
 
 def _uniform(body, words, dtype) -> str:
@@ -79,9 +78,8 @@ def random(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
         raise Unlowered(f"{node.op} whose result is not written")
     numel = out.type.numel
     block = min(next_pow2(numel), blocks.pointwise)
-    body = KernelBody(interpreter_form)
-    program = "tl.program_id(0).to(tl.int64)" if numel >= _INT32_LIMIT else "tl.program_id(0)"
-    body.emit(f"offs = {program} * BLOCK + tl.arange(0, BLOCK)")
+    body = KernelBody(interpreter_form, unit)
+    body.emit(f"offs = {body.program()} * BLOCK + tl.arange(0, BLOCK)")
     body.emit(f"mask = offs < {numel}")
     body.emit(f"seed = tl.load(in{unit.read_index(node.inputs[0])})")
     body.emit("r0, r1, r2, r3 = tl.randint4x(seed, offs)")

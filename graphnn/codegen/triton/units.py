@@ -108,34 +108,34 @@ def _is_scalar_group(group) -> bool:
 
 
 def _inline_scalars(groups, returned) -> list:
-    """``groups`` (a multi-update kernel's, in an execution order) with the pointwise groups
-    that compute only 0-d values (a step's hyper-parameter arithmetic: ``1 - dampening``,
-    ``-lr``) recomputed at the head of every pointwise group that reads them, so that the
-    parameters' updates do not wait for a launch of scalars. A scalar group stays a group of
-    its own (read, not recomputed) where a graph output or a group that is not pointwise reads
-    it."""
+    """``groups`` (a multi-update kernel's, in an execution order) as ``(copies, group)``
+    pairs, where the pointwise groups that compute only 0-d values (a step's hyper-parameter
+    arithmetic: ``1 - dampening``, ``-lr``, Adam's step count and bias corrections) are
+    recomputed (``copies``, in node order, whose results the group does not write) at the
+    head of every pointwise group that reads them, so that the parameters' updates do not wait
+    for a launch of scalars. A scalar group also stays a group of its own where a graph output
+    (the new step count) or a group that is not pointwise (which reads it) needs it."""
     position = {id(n): i for i, g in enumerate(groups) for n in g}
     producer = {v.name: gi for gi, g in enumerate(groups) for n in g for v in n.outputs}
     scalar = {gi for gi, g in enumerate(groups) if _is_scalar_group(g)}
     kept = {gi for gi in scalar if any(v.name in returned for n in groups[gi] for v in n.outputs)}
     kept |= {producer[v.name] for g in groups if _node_kind(g[0]) is not KernelKind.POINTWISE
              for n in g for v in n.inputs if producer.get(v.name) in scalar}
-    inlined = scalar - kept
     out = []
     for gi, group in enumerate(groups):
-        if gi in inlined:
+        if gi in scalar - kept:
             continue
-        needed, todo = set(), [group]
+        needed, todo = set(), [group] if _node_kind(group[0]) is KernelKind.POINTWISE else []
         while todo:
             for n in todo.pop():
                 for v in n.inputs:
                     source = producer.get(v.name)
-                    if source in inlined and source not in needed:
+                    if source in scalar and source != gi and source not in needed:
                         needed.add(source)
                         todo.append(groups[source])
         copies = sorted((n for source in needed for n in groups[source]),
                         key=lambda n: position[id(n)])
-        out.append(copies + list(group))
+        out.append((copies, list(group)))
     return out
 
 
@@ -143,11 +143,14 @@ def units(schedule) -> list:
     """The units of ``schedule`` in execution order (see the module docstring)."""
     returned = {v.name for v in schedule.graph.output_values()}
     parts = []  # (name, kind, nodes, kernel or None, multi-update kernel name or None)
+    copied = set()  # (part name, id of a node it recomputes): its results are not written
     for k in schedule.kernels:
         if k.kind is KernelKind.MULTI_UPDATE:
             groups = _inline_scalars(_update_groups(k.nodes), returned)
-            parts += [(f"{k.name}_{j}", _node_kind(g[-1]), g, None, k.name)
-                      for j, g in enumerate(groups)]
+            parts += [(f"{k.name}_{j}", _node_kind(g[-1]), copies + g, None, k.name)
+                      for j, (copies, g) in enumerate(groups)]
+            copied.update((f"{k.name}_{j}", id(n)) for j, (copies, _) in enumerate(groups)
+                          for n in copies)
         else:
             parts.append((k.name, k.kind, list(k.nodes), k, None))
     read_elsewhere = set()  # values a part reads that it does not compute itself
@@ -164,7 +167,8 @@ def units(schedule) -> list:
         reads = list({v.name: v for n in nodes for v in n.inputs
                       if v.name not in inside}.values())
         results = [v for n in nodes for v in n.outputs]
-        writes = [v for v in results if v.name in read_elsewhere or v.name in returned]
+        writes = [v for n in nodes if (name, id(n)) not in copied for v in n.outputs
+                  if v.name in read_elsewhere or v.name in returned]
         space = tuple(max((v.type.shape for v in results), key=lambda s: (math.prod(s), len(s))))
         scopes = list(dict.fromkeys(n.scope for n in nodes if n.scope is not None))
         unit = Unit(name, kind, nodes, reads, writes, space, scopes)
