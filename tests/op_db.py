@@ -12,6 +12,7 @@ has no entry here.
 from __future__ import annotations
 
 from op_db_attention import ATTENTION
+from op_db_collective import COLLECTIVE
 from op_db_elementwise import ELEMENTWISE
 from op_db_epilogue import EPILOGUE
 from op_db_network import CREATION, NETWORK
@@ -33,4 +34,4 @@ def _table(families) -> dict:
 
 
 OP_DB = _table([ELEMENTWISE, REDUCTIONS, SHAPE, INDEXING, NETWORK, CREATION, EPILOGUE,
-                ATTENTION, SORTING, SCATTER])
+                ATTENTION, SORTING, SCATTER, COLLECTIVE])

@@ -31,13 +31,13 @@ def group_id(group) -> int:
     return key
 
 
-def _all_reduce_array(array, op: str, group: int):
+def _all_reduce_array(array, reduce: str, group: int):
     """``array`` combined over the group's ranks, as a new array: SUM, or AVG (SUM then a
     division where the backend has no AVG, as the eager ``collectives.all_reduce``)."""
     dist = _require_group()
     torch_group = _GROUPS[group]
     shared = to_torch(array.copy())
-    torch_op, divide = _torch_op(dist, ReduceOp[op.upper()], torch_group)
+    torch_op, divide = _torch_op(dist, ReduceOp[reduce.upper()], torch_group)
     try:
         dist.all_reduce(shared, torch_op, torch_group)
     except RuntimeError as err:
@@ -62,5 +62,5 @@ def all_reduce_node(tensor, op=ReduceOp.AVG, group=None):
     while a trace runs, the collective itself eagerly; a new tensor either way."""
     if op not in (ReduceOp.SUM, ReduceOp.AVG):
         raise ValueError(f"all_reduce_node: SUM or AVG, got {op}")
-    return apply_op("all_reduce", [tensor], {"op": op.value.lower(),
+    return apply_op("all_reduce", [tensor], {"reduce": op.value.lower(),
                                              "group": group_id(group)})[0]

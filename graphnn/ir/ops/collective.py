@@ -1,4 +1,4 @@
-"""Collectives as graph nodes: ``all_reduce(x, op="avg"|"sum", group=0)``.
+"""Collectives as graph nodes: ``all_reduce(x, reduce="avg"|"sum", group=0)``.
 
 A compiled data-parallel training step averages its gradients over the processes inside the
 step: the traced step holds an ``all_reduce`` node per gradient bucket
@@ -21,11 +21,11 @@ from __future__ import annotations
 from ..errors import DTypeError
 from ..registry import Attr, NotDifferentiable, OpDef, OpGroup, register
 
-_IMPLEMENTATION = {}  # "all_reduce" -> fn(array, op, group) -> a new array
+_IMPLEMENTATION = {}  # "all_reduce" -> fn(array, reduce, group) -> a new array
 
 
 def set_implementation(name: str, fn) -> None:
-    """Install ``fn(array, op, group) -> array`` as collective ``name``'s runtime (None: the
+    """Install ``fn(array, reduce, group) -> array`` as collective ``name``'s runtime (None: the
     identity reference again). ``fn`` must not write into ``array``."""
     if fn is None:
         _IMPLEMENTATION.pop(name, None)
@@ -33,23 +33,23 @@ def set_implementation(name: str, fn) -> None:
         _IMPLEMENTATION[name] = fn
 
 
-def _infer(types, *, op, group):
+def _infer(types, *, reduce, group):
     (x,) = types
-    if op == "avg" and not x.dtype.is_floating_point:
-        raise DTypeError(f"all_reduce: op 'avg' needs a floating-point tensor, got "
+    if reduce == "avg" and not x.dtype.is_floating_point:
+        raise DTypeError(f"all_reduce: reduce='avg' needs a floating-point tensor, got "
                          f"{x.dtype.name}")
     return x
 
 
-def _all_reduce(x, *, op, group):
+def _all_reduce(x, *, reduce, group):
     fn = _IMPLEMENTATION.get("all_reduce")
-    return x.copy() if fn is None else fn(x, op, group)
+    return x.copy() if fn is None else fn(x, reduce, group)
 
 
 register(OpDef(name="all_reduce", group=OpGroup.FUSED, infer=_infer, impl=_all_reduce,
                grad=NotDifferentiable("all_reduce: a collective over processes; compiled "
                                       "steps apply it to gradients after autodiff"),
-               attrs={"op": Attr("str", "avg", ("avg", "sum")), "group": Attr("int", 0)},
+               attrs={"reduce": Attr("str", "avg", ("avg", "sum")), "group": Attr("int", 0)},
                saves_inputs=(),
                doc="the sum or mean of x over the processes of a group (identity for one "
                    "process; graphnn.distributed supplies the collective at run time)"))
