@@ -501,7 +501,7 @@ def test_dropout_masks_follow_the_batch_size(grad):
         assert not np.array_equal(_np(quietly(compiled, inputs[1])), _np(first))
     assert compiled.compiles == 1 and fresh.compiles == 1
     source = next(iter(compiled.kernel_sources().values()))
-    assert "input %random_0: f32[B,16]" in source
+    assert "input %seed_0: i64[]" in source and "shape=(B, 16)" in source
 
 
 def test_random_values_made_in_the_function_follow_the_batch_size():

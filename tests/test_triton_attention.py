@@ -171,9 +171,11 @@ def test_empty_sequences(isolated_cache):
            isolated_cache, torch_too=False)
 
 
-def test_dropout_runs_on_the_host_and_stays_correct(tmp_path):
-    """Attention with dropout has no kernel yet (compiled calls with it run eagerly anyway): the
-    generated module runs its registry implementation on the host, equal to the reference."""
+def test_dropout_with_a_seed_attribute_runs_on_the_host_and_stays_correct(tmp_path):
+    """Attention dropout whose seed is an attribute (not lifted into an input: a graph built
+    by hand) has no kernel (the kernels draw from a seed input, see
+    test_attention_dropout_compiled.py): the generated module runs its registry implementation
+    on the host, equal to the reference."""
     rng = np.random.default_rng(6)
     arrays = _inputs(rng, (1, 2, 9, 16), (1, 2, 11, 16), 16, F32)
     attrs = {"scale": 0.25, "dropout_p": 0.3, "seed": 7}

@@ -26,16 +26,12 @@ import importlib.util
 import os
 import threading
 
-import numpy as np
-
 from ..codegen.triton import BACKEND
 from ..codegen.triton.device import DEVICE, interpreted
 from ..codegen.triton.gemm import with_float32_matmul_precision
 from ..frontend.device import device, register_device_runner
 from ..frontend.matmul_precision import get_float32_matmul_precision
-from ..ir.errors import UnsupportedError
 from ..ir.graph import Graph, flatten_structure, map_structure
-from ..ir.registry import get_op
 from ..ir.types import TensorType
 from ..runtime.artifact import CompiledArtifact
 from . import stages
@@ -104,12 +100,6 @@ class TritonRuntime:
 
     def overlapping(self, array) -> bool:
         return any(stride == 0 and size > 1 for size, stride in zip(array.shape, array.stride()))
-
-    def draw(self, op_name: str, attrs: dict, out_type, seed: int):
-        """The device array of random op ``op_name`` (``attrs`` without their seed) of type
-        ``out_type``, drawn on the device from ``seed`` by the op's kernel."""
-        seed_array = DEVICE.upload(np.array(seed, dtype=np.int64))
-        return self.run(get_op(op_name), [seed_array], {**attrs, "seed": None}, [out_type])[0]
 
     def _artifact(self, op, types, attrs, out_types) -> CompiledArtifact:
         """The op's kernel for these types and attributes under the current float32 matmul
