@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -19,6 +20,7 @@ import graphnn.distributed as dist
 from graphnn import nn
 from graphnn.nn.parallel import DistributedDataParallel as DDP
 from graphnn.nn.parallel import reducer
+from graphnn.compiler.function import CompileWarning
 
 SMALL_BUCKET_MB = 256 / 2 ** 20  # with main()'s first bucket, the small models use several
 
@@ -52,19 +54,29 @@ def batches(kind: str, steps: int = STEPS, seed: int = 1):
             for _ in range(steps)]
 
 
-def train(model, optimizer, data, micro_batches: int = 1, no_sync=None):
-    """One optimizer step per (x, y): the mean cross-entropy, over ``micro_batches`` equal
-    parts (each loss divided by their number; all but the last backward inside ``no_sync``)."""
+def make_step(model, optimizer, no_sync=None):
+    """One optimizer step on lists of micro-batches ``xs``, ``ys`` (tensors): the mean
+    cross-entropy, each part's loss divided by their number, all but the last backward inside
+    ``no_sync``. Traceable, so ``graphnn.compile`` makes it one compiled step."""
     loss_fn = nn.CrossEntropyLoss()
-    for x, y in data:
+
+    def step(xs, ys):
         optimizer.zero_grad()
-        parts = zip(np.array_split(x, micro_batches), np.array_split(y, micro_batches))
-        for k, (xs, ys) in enumerate(parts):
-            last = k == micro_batches - 1
-            with (no_sync() if no_sync is not None and not last else _nothing()):
-                loss = loss_fn(model(graphnn.tensor(xs)), graphnn.tensor(ys)) / micro_batches
+        for k, (x, y) in enumerate(zip(xs, ys)):
+            with (no_sync() if no_sync is not None and k < len(xs) - 1 else _nothing()):
+                loss = loss_fn(model(x), y) / len(xs)
                 loss.backward()
         optimizer.step()
+    return step
+
+
+def train(model, optimizer, data, micro_batches: int = 1, no_sync=None, step=None):
+    """One optimizer step per (x, y), split into ``micro_batches`` equal parts (``make_step``;
+    ``step``: that step compiled)."""
+    step = step or make_step(model, optimizer, no_sync)
+    for x, y in data:
+        step([graphnn.tensor(p) for p in np.array_split(x, micro_batches)],
+             [graphnn.tensor(p) for p in np.array_split(y, micro_batches)])
 
 
 class _nothing:
@@ -123,20 +135,25 @@ def collectives(rank, world):
 
 def cuda(rank, world):
     """Tensors on the cuda device (their arrays are torch tensors; Triton's interpreter runs
-    graphnn's kernels here): an all-reduce, and the MLP with SGD trained by DDP. On a gloo
-    group, which takes cuda tensors too: NCCL refuses two ranks on one GPU."""
+    graphnn's kernels here): an all-reduce, and the MLP with SGD trained by DDP, eagerly and
+    as a compiled step (Triton kernels; its all_reduce nodes name the group). On a gloo group,
+    which takes cuda tensors too: NCCL refuses two ranks on one GPU."""
     group = dist.new_group(backend="gloo")
     t = graphnn.tensor(rank_values(rank)).cuda()
     dist.all_reduce(t, group=group)
-    ddp = DDP(make_model("mlp", seed=rank).cuda(), process_group=group)
-    optimizer = make_optimizer("sgd", ddp)
-    for x, y in shard(batches("mlp"), rank, world):
-        optimizer.zero_grad()
-        loss = nn.CrossEntropyLoss()(ddp(graphnn.tensor(x).cuda()), graphnn.tensor(y).cuda())
-        loss.backward()
-        optimizer.step()
-    return {"SUM": t.cpu().numpy(), **{k: v.cpu().numpy()
-                                       for k, v in ddp.module.state_dict().items()}}
+    out = {"SUM": t.cpu().numpy()}
+    for mode in ("eager", "compiled"):
+        ddp = DDP(make_model("mlp", seed=rank).cuda(), process_group=group)
+        step = make_step(ddp, make_optimizer("sgd", ddp))
+        if mode == "compiled":
+            step = graphnn.compile(step)
+        for x, y in shard(batches("mlp"), rank, world):
+            step([graphnn.tensor(x).cuda()], [graphnn.tensor(y).cuda()])
+        prefix = "" if mode == "eager" else "compiled."
+        out.update({prefix + k: v.cpu().numpy() for k, v in ddp.module.state_dict().items()})
+    out["compiled.compiles"] = np.array(step.compiles)
+    out["compiled.graph"] = np.array(str(step.graphs()["step"]))
+    return out
 
 
 def equivalence(rank, world):
@@ -148,6 +165,32 @@ def equivalence(rank, world):
             ddp = DDP(make_model(kind, seed=rank), bucket_cap_mb=SMALL_BUCKET_MB)
             train(ddp, make_optimizer(opt, ddp), shard(batches(kind), rank, world))
             out.update({f"{kind}.{opt}.{k}": v for k, v in state_arrays(ddp.module).items()})
+    return out
+
+
+def compiled(rank, world):
+    """The MLP's whole training step (zero_grad, forward, backward, optimizer step) compiled
+    with graphnn.compile, with SGD, Adam and SGD over two micro-batches (no_sync for the
+    first), next to the same training eagerly: parameters, the compile count, the
+    CompileWarnings, the step graph's all_reduce nodes and the buckets."""
+    out = {}
+    for name, opt, micro in (("sgd", "sgd", 1), ("adam", "adam", 1), ("accumulate", "sgd", 2)):
+        for mode in ("eager", "compiled"):
+            ddp = DDP(make_model("mlp", seed=rank), bucket_cap_mb=SMALL_BUCKET_MB)
+            optimizer = make_optimizer(opt, ddp)
+            step = make_step(ddp, optimizer, ddp.no_sync)
+            if mode == "compiled":
+                step = graphnn.compile(step)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                train(ddp, optimizer, shard(batches("mlp"), rank, world), micro, step=step)
+            out.update({f"{name}.{mode}.{k}": v for k, v in state_arrays(ddp.module).items()})
+        out[f"{name}.warnings"] = np.array(sum(issubclass(w.category, CompileWarning)
+                                               for w in caught))
+        out[f"{name}.compiles"] = np.array(step.compiles)
+        out[f"{name}.all_reduce_nodes"] = np.array(str(step.graphs()["step"]).count(
+            "= all_reduce("))
+        out[f"{name}.buckets"] = np.array(len(ddp.reducer.buckets))
     return out
 
 
@@ -248,8 +291,8 @@ def hang(rank, world):
     return {}
 
 
-SCENARIOS = {f.__name__: f for f in (collectives, cuda, equivalence, syncbn, drift, no_sync,
-                                     unused, fail, hang)}
+SCENARIOS = {f.__name__: f for f in (collectives, compiled, cuda, equivalence, syncbn, drift,
+                                     no_sync, unused, fail, hang)}
 
 
 def main(out_dir, names):

@@ -16,13 +16,17 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
 
 import graphnn
 import graphnn.distributed as dist
+from graphnn.compiler.function import CompileWarning
+from graphnn.distributed import graph_ops
 from graphnn.nn.parallel import DistributedDataParallel as DDP
+from graphnn.tools import cli
 from graphnn.utils.data import DistributedSampler
 
 import distributed_worker as worker
@@ -100,6 +104,24 @@ def _check_equivalence(saved, world):
         _assert_state_close(saved["syncbn", r], want)
 
 
+def _check_compiled(saved, world):
+    """Compiled DDP steps (graphnn.compile of zero_grad, forward, backward, optimizer step):
+    no eager fallback, one compile after the warm-up call, one all_reduce node per bucket in
+    the step graph, parameters equal to the eager DDP step and to one process on the whole
+    batch."""
+    for name, opt in (("sgd", "sgd"), ("adam", "adam"), ("accumulate", "sgd")):
+        want = _reference("mlp", opt)
+        for r in range(world):
+            got = saved["compiled", r]
+            assert int(got[f"{name}.warnings"]) == 0 and int(got[f"{name}.compiles"]) == 1
+            assert int(got[f"{name}.all_reduce_nodes"]) == int(got[f"{name}.buckets"]) > 1
+            eager = {k[len(f"{name}.eager."):]: v for k, v in got.items()
+                     if k.startswith(f"{name}.eager.")}
+            assert eager.keys() == want.keys()
+            _assert_state_close(got, eager, f"{name}.compiled.")
+            _assert_state_close(got, want, f"{name}.compiled.")
+
+
 def test_torchrun_three_ranks_train_as_one_process_then_a_hung_rank_ends_the_job(tmp_path):
     """torchrun, 3 workers: collectives, equivalence, SyncBatchNorm, no drift; then rank 1
     hangs, the others' all-reduce times out (3 s) and torchrun ends the job naming a rank."""
@@ -132,11 +154,12 @@ def test_torchrun_three_ranks_train_as_one_process_then_a_hung_rank_ends_the_job
 
 
 def test_two_ranks_train_as_one_process_then_a_raising_rank_ends_the_job(tmp_path):
-    """2 workers: equivalence, SyncBatchNorm, no_sync, checkpoint resume, unused parameters,
-    cuda tensors (Triton's interpreter here); then rank 1 raises mid-step and rank 0 exits
-    with an error naming its rank."""
+    """2 workers: equivalence (eager and compiled steps), SyncBatchNorm, no_sync, checkpoint
+    resume, unused parameters, cuda tensors (Triton's interpreter here); then rank 1 raises
+    mid-step and rank 0 exits with an error naming its rank."""
     world = 2
-    scenarios = ["equivalence", "syncbn", "no_sync", "checkpoint", "unused", "cuda"]
+    scenarios = ["equivalence", "compiled", "syncbn", "no_sync", "checkpoint", "unused",
+                 "cuda"]
     start = time.monotonic()
     (code0, err0), (code1, err1) = _launch(world, tmp_path, scenarios + ["fail"])
     assert time.monotonic() - start < 240
@@ -145,10 +168,15 @@ def test_two_ranks_train_as_one_process_then_a_raising_rank_ends_the_job(tmp_pat
     assert code0 not in (0, None), f"the surviving rank did not exit:\n{err0[-2000:]}"
     assert "DistributedError: rank 0 of 2: all_reduce failed" in err0
     _check_equivalence(saved, world)
+    _check_compiled(saved, world)
     accumulated = _reference("mlp", "sgd")  # no_sync micro-batches == the big batch
     uninterrupted = _reference("mlp", "adam")  # save after 2 steps, resume, 3rd step
     for r in range(world):
         _assert_state_close(saved["cuda", r], accumulated)  # the same training on cuda
+        _assert_state_close(saved["cuda", r], accumulated, "compiled.")  # Triton kernels
+        assert int(saved["cuda", r]["compiled.compiles"]) == 1
+        assert "= all_reduce(" in str(saved["cuda", r]["compiled.graph"])
+        assert 'reduce="avg", group=1}' in str(saved["cuda", r]["compiled.graph"])
         np.testing.assert_array_equal(saved["cuda", r]["SUM"],
                                       worker.rank_values(0) + worker.rank_values(1))
         _assert_state_close(saved["no_sync", r], accumulated)
@@ -188,6 +216,60 @@ def test_world_of_one_trains_as_the_module(world_of_one):
     worker.train(got, worker.make_optimizer("adam", got), worker.batches("mlp"))
     _assert_state_close(worker.state_arrays(got.module), _reference("mlp", "adam"))
     assert dist.get_rank() == 0 and dist.get_world_size() == 1 and dist.is_initialized()
+
+
+DUMP_TARGET = """
+import graphnn
+from graphnn import nn
+from graphnn.nn.parallel import DistributedDataParallel as DDP
+ddp = DDP(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4)))
+opt = graphnn.optim.SGD(ddp.parameters(), lr=0.1)
+
+def ddp_step(x, y):
+    opt.zero_grad()
+    nn.functional.cross_entropy(ddp(x), y).backward()
+    opt.step()
+"""
+
+
+def test_compiled_step_in_a_world_of_one(world_of_one, tmp_path, capsys):
+    """The whole DDP step compiled (NumPy backend): one compile after the warm-up call, no
+    eager fallback, the all_reduce node in the step graph and in dump-ir's output, the
+    parameters of the module trained alone."""
+    ddp = DDP(worker.make_model("mlp", seed=0))
+    optimizer = worker.make_optimizer("adam", ddp)
+    step = graphnn.compile(worker.make_step(ddp, optimizer))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        worker.train(ddp, optimizer, worker.batches("mlp"), step=step)
+    assert step.compiles == 1
+    assert 'all_reduce(' in str(step.graphs()["step"])
+    _assert_state_close(worker.state_arrays(ddp.module), _reference("mlp", "adam"))
+    target = tmp_path / "ddp_target.py"
+    target.write_text(DUMP_TARGET)
+    assert cli.main(["dump-ir", f"{target}:ddp_step", "--input", "6x8", "--input", "6:int64",
+                     "--stage", "optimized"]) == 0
+    assert re.search(r'= all_reduce\(%\w+\) \{reduce="avg", group=0\}', capsys.readouterr().out)
+
+
+def test_compiled_ddp_refusals_run_eagerly(world_of_one):
+    """What a compiled step does not take runs eagerly with a CompileWarning, with eager's
+    results: a DDP forward compiled without its backward, find_unused_parameters."""
+    x, y = (graphnn.tensor(a) for a in worker.batches("mlp")[0])
+    ddp = DDP(worker.make_model("mlp", seed=0))
+    forward = graphnn.compile(lambda inputs: ddp(inputs))
+    with pytest.warns(CompileWarning, match="without its backward"):
+        graphnn.nn.CrossEntropyLoss()(forward(x), y).backward()  # the hooks average eagerly
+    want = worker.make_model("mlp", seed=0)
+    graphnn.nn.CrossEntropyLoss()(want(x), y).backward()
+    for got, expected in zip(ddp.parameters(), want.parameters()):
+        np.testing.assert_allclose(got.grad.numpy(), expected.grad.numpy(), rtol=1e-6)
+    unused = DDP(worker.make_model("mlp", seed=0), find_unused_parameters=True)
+    optimizer = worker.make_optimizer("sgd", unused)
+    step = graphnn.compile(worker.make_step(unused, optimizer))
+    with pytest.warns(CompileWarning, match="find_unused_parameters"):
+        worker.train(unused, optimizer, worker.batches("mlp"), step=step)
+    _assert_state_close(worker.state_arrays(unused.module), _reference("mlp", "sgd"))
 
 
 def test_buckets_reverse_order_cap_and_dtype():
@@ -244,6 +326,9 @@ def test_no_process_group_is_a_clear_error():
         dist.get_rank()
     with pytest.raises(dist.DistributedError, match="init_process_group"):
         DDP(worker.make_model("mlp", seed=0))
+    values = np.array([1.5, -0.0, np.nan], np.float32)  # the node's identity reference
+    np.testing.assert_array_equal(graph_ops.all_reduce_node(graphnn.tensor(values)).numpy(),
+                                  values)
 
 
 @pytest.mark.parametrize("drop_last", [False, True])
