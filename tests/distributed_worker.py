@@ -169,27 +169,30 @@ def equivalence(rank, world):
 
 
 def compiled(rank, world):
-    """The MLP's whole training step (zero_grad, forward, backward, optimizer step) compiled
-    with graphnn.compile, with SGD, Adam and SGD over two micro-batches (no_sync for the
-    first), next to the same training eagerly: parameters, the compile count, the
-    CompileWarnings, the step graph's all_reduce nodes and the buckets."""
+    """A whole training step (zero_grad, forward, backward, optimizer step) compiled with
+    graphnn.compile: the MLP with SGD, Adam and SGD over two micro-batches (no_sync for the
+    first), and the batch-norm model (its buffers broadcast from rank 0 by each forward), next
+    to the same training eagerly: state, the compile count, the CompileWarnings, the step
+    graph's all_reduce and broadcast nodes and the buckets."""
     out = {}
-    for name, opt, micro in (("sgd", "sgd", 1), ("adam", "adam", 1), ("accumulate", "sgd", 2)):
+    for name, kind, opt, micro in (("sgd", "mlp", "sgd", 1), ("adam", "mlp", "adam", 1),
+                                   ("accumulate", "mlp", "sgd", 2), ("bn", "bn", "sgd", 1)):
         for mode in ("eager", "compiled"):
-            ddp = DDP(make_model("mlp", seed=rank), bucket_cap_mb=SMALL_BUCKET_MB)
+            ddp = DDP(make_model(kind, seed=rank), bucket_cap_mb=SMALL_BUCKET_MB)
             optimizer = make_optimizer(opt, ddp)
             step = make_step(ddp, optimizer, ddp.no_sync)
             if mode == "compiled":
                 step = graphnn.compile(step)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                train(ddp, optimizer, shard(batches("mlp"), rank, world), micro, step=step)
+                train(ddp, optimizer, shard(batches(kind), rank, world), micro, step=step)
             out.update({f"{name}.{mode}.{k}": v for k, v in state_arrays(ddp.module).items()})
         out[f"{name}.warnings"] = np.array(sum(issubclass(w.category, CompileWarning)
                                                for w in caught))
         out[f"{name}.compiles"] = np.array(step.compiles)
-        out[f"{name}.all_reduce_nodes"] = np.array(str(step.graphs()["step"]).count(
-            "= all_reduce("))
+        graph = str(step.graphs()["step"])
+        out[f"{name}.all_reduce_nodes"] = np.array(graph.count("= all_reduce("))
+        out[f"{name}.broadcast_nodes"] = np.array(graph.count("= broadcast("))
         out[f"{name}.buckets"] = np.array(len(ddp.reducer.buckets))
     return out
 

@@ -1,14 +1,17 @@
-"""Collectives inside compiled code: the runtime of the IR's ``all_reduce`` node.
+"""Collectives inside compiled code: the runtime of the IR's ``all_reduce`` and ``broadcast``
+nodes.
 
-``graphnn/ir/ops/collective.py`` defines the node with the identity as its reference
+``graphnn/ir/ops/collective.py`` defines the nodes with the identity as their reference
 implementation; ``install()`` (called by ``init_process_group``) replaces that by
-``_all_reduce_array``, which runs ``torch.distributed.all_reduce`` on a copy of the array the
-kernel hands it, and ``uninstall()`` (``destroy_process_group``) puts the identity back. The
-node names its process group by a small integer (``group_id``: 0 for the default group, then
-1, 2, ... in the order groups first reach a compiled step in this process).
+``_all_reduce_array`` and ``_broadcast_array``, which run the ``torch.distributed`` collective
+on a copy of the array the kernel hands them, and ``uninstall()`` (``destroy_process_group``)
+puts the identity back. A node names its process group by a small integer (``group_id``: 0
+for the default group, then 1, 2, ... in the order groups first reach a compiled step in this
+process).
 
-``all_reduce_node(tensor, op, group)`` applies the op to a tensor: while a trace runs it records
-the node, eagerly it runs the collective (a new tensor, not differentiated).
+``all_reduce_node(tensor, op, group)`` and ``broadcast_node(tensor, src, group)`` apply the ops
+to a tensor: while a trace runs they record the node, eagerly they run the collective (a new
+tensor, not differentiated).
 """
 from __future__ import annotations
 
@@ -47,12 +50,27 @@ def _all_reduce_array(array, reduce: str, group: int):
     return from_torch(shared)
 
 
+def _broadcast_array(array, src: int, group: int):
+    """Rank ``src``'s ``array`` on every rank of the group, as a new array."""
+    dist = _require_group()
+    torch_group = _GROUPS[group]
+    shared = to_torch(array.copy())
+    try:
+        dist.broadcast(shared, src, torch_group)
+    except RuntimeError as err:
+        raise describe_failure(f"broadcast from rank {src} (compiled)", err, torch_group) \
+            from err
+    return from_torch(shared)
+
+
 def install() -> None:
     collective.set_implementation("all_reduce", _all_reduce_array)
+    collective.set_implementation("broadcast", _broadcast_array)
 
 
 def uninstall() -> None:
     collective.set_implementation("all_reduce", None)
+    collective.set_implementation("broadcast", None)
     for key in [k for k in _GROUPS if k]:
         del _GROUPS[key]
 
@@ -64,3 +82,9 @@ def all_reduce_node(tensor, op=ReduceOp.AVG, group=None):
         raise ValueError(f"all_reduce_node: SUM or AVG, got {op}")
     return apply_op("all_reduce", [tensor], {"reduce": op.value.lower(),
                                              "group": group_id(group)})[0]
+
+
+def broadcast_node(tensor, src: int = 0, group=None):
+    """The registry op ``broadcast`` of ``tensor`` from rank ``src`` over ``group``: a graph
+    node while a trace runs, the collective itself eagerly; a new tensor either way."""
+    return apply_op("broadcast", [tensor], {"src": src, "group": group_id(group)})[0]

@@ -1,11 +1,13 @@
-"""Collectives as graph nodes: ``all_reduce(x, reduce="avg"|"sum", group=0)``.
+"""Collectives as graph nodes: ``all_reduce(x, reduce="avg"|"sum", group=0)`` and
+``broadcast(x, src=0, group=0)``.
 
 A compiled data-parallel training step averages its gradients over the processes inside the
 step: the traced step holds an ``all_reduce`` node per gradient bucket
-(``graphnn.nn.parallel``), which backends run as an EXTERN unit (the op's group, FUSED, has no
-kernel kind of its own), i.e. by calling this reference implementation.
+(``graphnn.nn.parallel``), and a ``broadcast`` node per buffer that the forward copies from
+rank 0. Backends run them as EXTERN units (the ops' group, FUSED, has no kernel kind of its
+own), i.e. by calling these reference implementations.
 
-The reference implementation is the identity (a copy), which is right for a world of one
+The reference implementations are the identity (a copy), which is right for a world of one
 process. The real collective is supplied at run time: ``ir`` does not import
 ``graphnn.distributed``; instead ``graphnn.distributed`` installs an implementation here
 (``set_implementation``) when a process group is initialised and removes it when the group is
@@ -21,11 +23,11 @@ from __future__ import annotations
 from ..errors import DTypeError
 from ..registry import Attr, NotDifferentiable, OpDef, OpGroup, register
 
-_IMPLEMENTATION = {}  # "all_reduce" -> fn(array, reduce, group) -> a new array
+_IMPLEMENTATION = {}  # op name -> fn(array, **attrs) -> a new array
 
 
 def set_implementation(name: str, fn) -> None:
-    """Install ``fn(array, reduce, group) -> array`` as collective ``name``'s runtime (None: the
+    """Install ``fn(array, **attrs) -> array`` as collective ``name``'s runtime (None: the
     identity reference again). ``fn`` must not write into ``array``."""
     if fn is None:
         _IMPLEMENTATION.pop(name, None)
@@ -41,15 +43,29 @@ def _infer(types, *, reduce, group):
     return x
 
 
-def _all_reduce(x, *, reduce, group):
-    fn = _IMPLEMENTATION.get("all_reduce")
-    return x.copy() if fn is None else fn(x, reduce, group)
+def _implementation(name):
+    def run(x, **attrs):
+        fn = _IMPLEMENTATION.get(name)
+        return x.copy() if fn is None else fn(x, **attrs)
+    return run
 
 
-register(OpDef(name="all_reduce", group=OpGroup.FUSED, infer=_infer, impl=_all_reduce,
+def _same_type(types, **attrs):
+    return types[0]
+
+
+register(OpDef(name="all_reduce", group=OpGroup.FUSED, infer=_infer, impl=_implementation("all_reduce"),
                grad=NotDifferentiable("all_reduce: a collective over processes; compiled "
                                       "steps apply it to gradients after autodiff"),
                attrs={"reduce": Attr("str", "avg", ("avg", "sum")), "group": Attr("int", 0)},
                saves_inputs=(),
                doc="the sum or mean of x over the processes of a group (identity for one "
                    "process; graphnn.distributed supplies the collective at run time)"))
+
+register(OpDef(name="broadcast", group=OpGroup.FUSED, infer=_same_type,
+               impl=_implementation("broadcast"),
+               grad=NotDifferentiable("broadcast: a collective over processes; compiled steps "
+                                      "apply it to buffers"),
+               attrs={"src": Attr("int", 0), "group": Attr("int", 0)}, saves_inputs=(),
+               doc="rank src's x on every process of a group (identity for one process; "
+                   "graphnn.distributed supplies the collective at run time)"))

@@ -10,15 +10,16 @@ next synchronised backward, which averages the accumulated sum. With ``broadcast
 
 Compiled: while a trace runs (``graphnn.compile`` of a training step), ``forward`` runs no
 hook machinery; a synchronised forward arms the trace's backward to average the gradients with
-``all_reduce`` graph nodes (``Reducer.reduce_traced``). Compiled steps refuse (and so run
-eagerly, with a CompileWarning) ``find_unused_parameters`` and broadcasting buffers
-(docs/distributed.md).
+``all_reduce`` graph nodes (``Reducer.reduce_traced``), and buffers are copied from rank 0 by
+``broadcast`` nodes. Compiled steps refuse (and so run eagerly, with a CompileWarning)
+``find_unused_parameters`` (docs/distributed.md).
 """
 from __future__ import annotations
 
 import contextlib
 
 from ...distributed import collectives
+from ...distributed.graph_ops import broadcast_node
 from ...distributed.process_group import _require_group
 from ...frontend import trace_state
 from ...frontend.grad_mode import is_grad_enabled, no_grad
@@ -63,34 +64,26 @@ class DistributedDataParallel(Module):
         tensors += [b for b in self.module.buffers() if b is not None]
         with no_grad():
             for t in tensors:
-                collectives.broadcast(t, 0, self.process_group)
+                if trace_state.active() is not None:  # a broadcast node, written into t
+                    t.copy_(broadcast_node(t, 0, self.process_group))
+                else:
+                    collectives.broadcast(t, 0, self.process_group)
 
     def forward(self, *inputs, **kwargs):
         syncing = is_grad_enabled() and self.require_backward_grad_sync
-        if trace_state.active() is not None:
-            return self._traced_forward(syncing, inputs, kwargs)
+        traced = trace_state.active() is not None
         if syncing:
             self.reducer.check_finished()
+            if traced and self.find_unused_parameters:
+                raise UnsupportedError("DistributedDataParallel: find_unused_parameters=True "
+                                       "is not compiled")
         if self.broadcast_buffers:
             self._sync_state(include_parameters=False)
         output = self.module(*inputs, **kwargs)
-        if syncing:
-            self.reducer.prepare(output)
-        return output
-
-    def _traced_forward(self, syncing, inputs, kwargs):
-        """``forward`` while a trace runs: the module's forward, and for a synchronised
-        iteration the trace's backward armed to average the gradients (see the docstring)."""
-        self.reducer.check_finished()
-        if self.broadcast_buffers and any(b is not None for b in self.module.buffers()):
-            raise UnsupportedError("DistributedDataParallel: broadcast_buffers of a module with "
-                                   "buffers is not compiled (pass broadcast_buffers=False)")
-        if syncing and self.find_unused_parameters:
-            raise UnsupportedError("DistributedDataParallel: find_unused_parameters=True is not "
-                                   "compiled")
-        output = self.module(*inputs, **kwargs)
-        if syncing:
+        if syncing and traced:  # the trace's backward averages (Reducer.reduce_traced)
             reduce_gradients(self.reducer.params, self.reducer.reduce_traced)
+        elif syncing:
+            self.reducer.prepare(output)
         return output
 
     @contextlib.contextmanager
