@@ -4,7 +4,7 @@ int64, so no offset overflows.
 
 Nothing that large is allocated: the module is generated from the schedule of a graph written
 as IR text with 3e9-element tensors (pointwise, reduction, GEMM, convolution and its gradients,
-pooling, gather, scatter), its kernels are checked for the int64 form and compiled ahead of time
+pooling, gather, scatter; flash attention with 2**31-element q, k and v), its kernels are checked for the int64 form and compiled ahead of time
 for sm80. The
 int64 form's numerics are checked under the interpreter on small tensors with the limit
 lowered to 1 element (every kernel wide), against the NumPy backend.
@@ -72,13 +72,43 @@ def test_kernels_over_huge_tensors_use_int64_offsets_and_compile(tmp_path):
     assert compile_ahead_of_time([str(path)], tmp_path) == 9
 
 
+HUGE_ATTENTION = """graph huge_attention(%q: f16[1,32,65536,1024], %k: f16[1,32,65536,1024],
+    %v: f16[1,32,65536,1024], %g: f16[1,32,65536,1024]) {
+  %0: f16[1,32,65536,1024] = scaled_dot_product_attention(%q, %k, %v) {scale=0.03125, \
+causal=true}
+  %1: f32[1,32,65536], %2: f32[1,32,65536] = scaled_dot_product_attention_stats(%q, %k, %v, \
+%g) {scale=0.03125, causal=true}
+  %3: f16[1,32,65536,1024], %4: f16[1,32,65536,1024], %5: f16[1,32,65536,1024] = \
+scaled_dot_product_attention_backward(%q, %k, %v, %g, %1, %2) {scale=0.03125, causal=true}
+  return (%0, %3, %4, %5)
+}
+"""
+
+
+def test_attention_kernels_over_huge_tensors_use_int64_offsets_and_compile(tmp_path):
+    """The flash-attention forward, stats and backward kernels of 2**31-element q, k and v."""
+    graph = parse(HUGE_ATTENTION.replace("\\\n", ""))
+    stage = stages.build(graph, "inference", BACKEND).stages["inference"]
+    source = BACKEND.generate(stage.schedule, stage.plan, interpreter_form=False)
+    functions = _functions(source)
+    assert len(functions) == 3 and "host_op" not in source, sorted(functions)
+    for name, text in functions.items():
+        assert "tl.program_id(0).to(tl.int64)" in text, name
+        assert "tl.arange(0, BLOCK_N).to(tl.int64)" in text, name
+    path = tmp_path / "huge_attention.py"
+    path.write_text(source)
+    assert compile_ahead_of_time([str(path)], tmp_path) == 3
+
+
 def _program(x, b, w, c, k, i, s, t):
     y = ((x + b) ** 2).sum(-1)
     z = x.reshape(12, 8) @ w
     pooled, index = F.max_pool2d(c, 2, return_indices=True)
     conv = F.conv2d(c, k, padding=1) + F.conv_transpose2d(c, t, padding=1)  # both gradients' form
     flat = x.reshape(12, 8)
-    return y, z, pooled, index, conv, graphnn.gather(flat, 1, i), flat.scatter_add(1, i, s)
+    attention = F.scaled_dot_product_attention(x, x, x, is_causal=True)
+    return (y, z, pooled, index, conv, graphnn.gather(flat, 1, i), flat.scatter_add(1, i, s),
+            attention)
 
 
 @pytest.mark.parametrize("limit", [1, kernels.INT32_LIMIT])

@@ -55,11 +55,11 @@ from graphnn.ir.ops.attention import NAME, seed_index
 from graphnn.ir.ops.attention_backward import BACKWARD, STATS
 
 from .gemm import dot_precision
-from .kernels import Blocks, KernelBody, Launch, aligned_strides, launch_of, next_pow2
+from .kernels import (INT32_LIMIT, Blocks, KernelBody, Launch, aligned_strides, launch_of,
+                      next_pow2)
 from .ops import ROUNDED, Unlowered, compute, number
-from .random import _uniform  # the rand kernel's uniform numbers
+from .random import uniform  # the rand kernel's uniform numbers
 
-_FLAT_INT64 = 2 ** 31  # flat score indices reaching this are computed in int64 (no overflow)
 
 ATTENTION_OPS = frozenset({NAME, STATS, BACKWARD})
 NINF = '-float("inf")'
@@ -160,7 +160,8 @@ class Operands:
             return None
         body, batch, t, s = self.body, self.batch, self.t, self.s
         dtype = self.node.inputs[0].type.dtype
-        wide = math.prod(batch) * t * s >= _FLAT_INT64
+        # the scores are never materialised: their flat index may pass int32 alone
+        wide = body.wide or math.prod(batch) * t * s >= INT32_LIMIT
 
         def index(x: str) -> str:
             return f"{x}.to(tl.int64)" if wide else x
@@ -169,7 +170,7 @@ class Operands:
         flat = body.tmp(" + ".join(terms + [f"{index(row_vars)} * {s}", col_vars]))
         seed = f"tl.load(in{self.unit.read_index(self.node.inputs[seed_index(attrs)])})"
         body.emit(f"r0, r1, r2, r3 = tl.randint4x({seed}, {flat})")
-        drawn = _uniform(body, ["r0", "r1"], dtype)
+        drawn = uniform(body, ["r0", "r1"], dtype)
         threshold = float(np.asarray(p, dtype.np))  # rand >= p compares in q's dtype
         scale = number(float(np.asarray(1.0 / (1.0 - p), compute_np(dtype.np))))
         # the keep mask in the accumulation dtype, so that the scale is made in it, exact
@@ -223,7 +224,7 @@ def query_program(ops: Operands, sizes: dict, program: str = "pid") -> int:
     body.emit(f"tile = {program} % {tiles}")
     body.emit(f"batch = {program} // {tiles}")
     ops.batch_indices("batch")
-    body.emit("rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)")
+    body.emit(f"rows = tile * BLOCK_M + {body.arange('BLOCK_M')}")
     body.emit(f"rmask = rows < {ops.t}")
     head_ranges(ops)
     return math.prod(ops.batch) * tiles
@@ -231,9 +232,9 @@ def query_program(ops: Operands, sizes: dict, program: str = "pid") -> int:
 
 def head_ranges(ops: Operands) -> None:
     """Emit ``dq``/``dmask`` and ``dv``/``emask``: the padded head dims of q/k and v."""
-    ops.body.emit("dq = tl.arange(0, BLOCK_D)")
+    ops.body.emit(f"dq = {ops.body.arange('BLOCK_D')}")
     ops.body.emit(f"dmask = dq < {ops.d}")
-    ops.body.emit("dv = tl.arange(0, BLOCK_E)")
+    ops.body.emit(f"dv = {ops.body.arange('BLOCK_E')}")
     ops.body.emit(f"emask = dv < {ops.dv}")
 
 
@@ -244,7 +245,7 @@ def key_loop(ops: Operands, q: str, acc_type: str) -> str:
     body, node = ops.body, ops.node
     body.emit(f"for start in range(0, {ops.s}, BLOCK_N):")
     body.indent += 1
-    body.emit("cols = start + tl.arange(0, BLOCK_N)")
+    body.emit(f"cols = start + {body.arange('BLOCK_N')}")
     body.emit(f"cmask = cols < {ops.s}")
     kt = ops.load(node.inputs[1], "cols[None, :]", "dq[:, None]",
                   "dmask[:, None] & cmask[None, :]", grouped=True)
@@ -275,10 +276,10 @@ def forward(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     acc_type = check(node)
     q, v = node.inputs[0], node.inputs[2]
     out = node.outputs[0]
-    body = KernelBody(interpreter_form)
+    body = KernelBody(interpreter_form, unit)
     ops = Operands(body, unit, node)
     sizes = block_sizes(ops, blocks)
-    body.emit("pid = tl.program_id(0)")
+    body.emit(f"pid = {body.program()}")
     programs = query_program(ops, sizes)
     qb = ops.load(q, "rows[:, None]", "dq[None, :]", "rmask[:, None] & dmask[None, :]")
     online_softmax_init(body, acc_type)

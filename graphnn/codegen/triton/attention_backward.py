@@ -61,10 +61,10 @@ def stats(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     node = unit.nodes[0]
     acc_type = check(node)
     q, v, g = node.inputs[0], node.inputs[2], node.inputs[-1]
-    body = KernelBody(interpreter_form)
+    body = KernelBody(interpreter_form, unit)
     ops = Operands(body, unit, node, result=g)
     sizes = block_sizes(ops, blocks)
-    body.emit("pid = tl.program_id(0)")
+    body.emit(f"pid = {body.program()}")
     programs = query_program(ops, sizes)
     qb = ops.load(q, "rows[:, None]", "dq[None, :]", "rmask[:, None] & dmask[None, :]")
     gb = ops.load(g, "rows[:, None]", "dv[None, :]", "rmask[:, None] & emask[None, :]")
@@ -107,7 +107,7 @@ class _Backward:
         self.acc = check(node)
         self.q, self.k, self.v = node.inputs[:3]
         self.g, self.lse, self.delta = node.inputs[-3:]
-        self.body = KernelBody(interpreter_form)
+        self.body = KernelBody(interpreter_form, unit)
         self.ops = Operands(self.body, unit, node, result=self.g)
         _check_batch(self.ops, node)
 
@@ -154,7 +154,7 @@ class _Backward:
         if ops.groups > 1:  # b{head} runs over the query heads of the kv head hk
             body.emit(f"hk = b{head}" if kv_batch[-1] > 1 else "hk = 0")
             body.emit(f"b{head} = hk * {ops.groups}")
-        body.emit("cols = ktile * BLOCK_N + tl.arange(0, BLOCK_N)")
+        body.emit(f"cols = ktile * BLOCK_N + {body.arange('BLOCK_N')}")
         body.emit(f"cmask = cols < {ops.s}")
         kt = ops.load(self.k, "cols[None, :]", "dq[:, None]", "dmask[:, None] & cmask[None, :]",
                       grouped=True)
@@ -166,7 +166,7 @@ class _Backward:
             body.emit(f"b{head} = hk * {ops.groups} + grp")
         body.emit(f"for mstart in range(0, {ops.t}, BLOCK_M):")
         body.indent += 1
-        body.emit("rows = mstart + tl.arange(0, BLOCK_M)")
+        body.emit(f"rows = mstart + {body.arange('BLOCK_M')}")
         body.emit(f"rmask = rows < {ops.t}")
         qb, gb, lse, delta = self.row_inputs()
         scores = ops.scores(qb, kt, self.acc, "rows[:, None]", "cols[None, :]",
@@ -209,7 +209,7 @@ def backward(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     body, node = kernel.body, kernel.node
     dq, dk, dv = node.outputs
     sizes = block_sizes(kernel.ops, blocks)
-    body.emit("pid = tl.program_id(0)")
+    body.emit(f"pid = {body.program()}")
     head_ranges(kernel.ops)
     keys = 0
     if (_pointer(unit, dk) or _pointer(unit, dv)) and kernel.ops.s:

@@ -33,7 +33,7 @@ RANDOM_OPS = frozenset({"rand", "randn", "randint"})
 _TWO_PI = 6.283185307179586
 
 
-def _uniform(body, words, dtype) -> str:
+def uniform(body, words, dtype) -> str:
     """A variable holding uniform numbers in [0, 1), exact multiples of ``2**-bits`` for
     ``dtype``'s mantissa, from one 32-bit word (two for float64: ``words`` has them)."""
     if dtype.name == "float64":
@@ -49,11 +49,11 @@ def _value(body, node) -> str:
     dtype = node.outputs[0].type.dtype
     attrs = node.attrs
     if node.op == "rand":
-        return _uniform(body, ["r0", "r1"], dtype)
+        return uniform(body, ["r0", "r1"], dtype)
     if node.op == "randn":
         wide = dtype.name == "float64"
-        u1 = _uniform(body, ["r0", "r1"] if wide else ["r0"], dtype)
-        u2 = _uniform(body, ["r2", "r3"] if wide else ["r1"], dtype)
+        u1 = uniform(body, ["r0", "r1"] if wide else ["r0"], dtype)
+        u2 = uniform(body, ["r2", "r3"] if wide else ["r1"], dtype)
         radius = body.tmp(f"tl.sqrt(-2.0 * tl.log(1.0 - {u1}))")
         return body.tmp(f"{radius} * tl.cos({_TWO_PI!r} * {u2})")
     span = attrs["high"] - attrs["low"]
