@@ -128,11 +128,10 @@ def traced_backward(state, tensors, grad_tensors, inputs, create_graph) -> None:
         gradient = trace_state.symbolic(
             state.graph.add_input(name, TensorType(tuple(tensor.shape), tensor.dtype), "grad"))
         grads[name] = leaf.name
-        incoming[id(tensor)] = gradient
+        incoming[id(tensor)] = (tensor, gradient)
     reduced = _reduce_armed(state, incoming)
-    for tensor, _ in _differentiable_leaves(state):
-        gradient = incoming.get(id(tensor))
-        if gradient is None or id(tensor) in reduced:
+    for tensor, gradient in incoming.values():
+        if id(tensor) in reduced:
             continue
         if tensor.grad is None:
             tensor.grad = gradient
@@ -143,8 +142,9 @@ def traced_backward(state, tensors, grad_tensors, inputs, create_graph) -> None:
 
 
 def _reduce_armed(state, incoming) -> set:
-    """Perform the reductions armed for this backward (``reduce_gradients``): ids of the
-    parameters whose ``.grad`` they rebound."""
+    """Perform the reductions armed for this backward (``reduce_gradients``) on the incoming
+    gradients (``{id(leaf): (leaf, gradient input)}``): ids of the parameters whose ``.grad``
+    they rebound."""
     done = set()
     for params, reduce in _ARMED.pop(state, []):
         missing = [i for i, p in enumerate(params) if id(p) not in incoming]
@@ -153,7 +153,7 @@ def _reduce_armed(state, incoming) -> set:
                                    f"data-parallel module get no gradient from this backward "
                                    f"(unused parameters are handled eagerly only)")
         with no_grad():
-            local = [incoming[id(p)] if p.grad is None else p.grad + incoming[id(p)]
+            local = [incoming[id(p)][1] if p.grad is None else p.grad + incoming[id(p)][1]
                      for p in params]
             results = reduce(local)
         for p, result in zip(params, results):
