@@ -44,6 +44,7 @@ def _infer(types, *, reduce, group):
 
 
 def _implementation(name):
+    """Op ``name``'s implementation: the installed collective, else the identity (a copy)."""
     def run(x, **attrs):
         fn = _IMPLEMENTATION.get(name)
         return x.copy() if fn is None else fn(x, **attrs)
@@ -54,7 +55,8 @@ def _same_type(types, **attrs):
     return types[0]
 
 
-register(OpDef(name="all_reduce", group=OpGroup.FUSED, infer=_infer, impl=_implementation("all_reduce"),
+register(OpDef(name="all_reduce", group=OpGroup.FUSED, infer=_infer,
+               impl=_implementation("all_reduce"),
                grad=NotDifferentiable("all_reduce: a collective over processes; compiled "
                                       "steps apply it to gradients after autodiff"),
                attrs={"reduce": Attr("str", "avg", ("avg", "sum")), "group": Attr("int", 0)},
