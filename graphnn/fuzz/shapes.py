@@ -36,7 +36,12 @@ def numel_fixed(shape: tuple) -> int:
 
 
 def factorizations(n: int, parts: int, rng) -> tuple:
-    """A random way to write ``n`` as a product of ``parts`` ints (ones allowed)."""
+    """A random way to write ``n`` as a product of ``parts`` ints (ones allowed; for ``n == 0``
+    one part is 0 and the others any small ints)."""
+    if n == 0:
+        dims = [0] + [rng.randint(1, 3) for _ in range(parts - 1)]
+        rng.shuffle(dims)
+        return tuple(dims)
     dims = []
     for _ in range(parts - 1):
         divisors = [d for d in range(1, n + 1) if n % d == 0]
