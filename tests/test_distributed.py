@@ -361,3 +361,24 @@ def test_distributed_sampler_shuffles_one_permutation_per_epoch():
     assert shares(0) == first and shares(1) != first and shares(0, seed=1) != first
     with pytest.raises(ValueError, match="Invalid rank 3"):
         DistributedSampler(range(4), 3, 3)
+
+
+def test_collectives_never_run_while_compiling():
+    """A collective over a constant is neither folded by the passes nor hoisted to load time
+    by the NumPy backend: every rank must run it at every call (a rank compiling alone would
+    otherwise wait on the others)."""
+    from graphnn.ir import REGISTRY, OpGroup, parse
+    from graphnn.compiler import stages
+    from graphnn.codegen.numpy.backend import _constant_nodes
+    assert {REGISTRY[n].group for n in ("all_reduce", "broadcast")} == {OpGroup.COLLECTIVE}
+    graph = parse("""graph g(%x: f32[3]) {
+  %0: f32[3] = full() {shape=[3], value=2.0, dtype=f32}
+  %1: f32[3] = all_reduce(%0) {reduce="avg", group=0}
+  %2: f32[3] = add(%x, %1)
+  return (%2)
+}
+""")
+    built = stages.build(graph, "inference", "numpy").stages["inference"]
+    reduce = [n for n in built.graph.nodes if n.op == "all_reduce"]
+    assert len(reduce) == 1
+    assert id(reduce[0]) not in _constant_nodes(built.graph)

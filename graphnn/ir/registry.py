@@ -31,6 +31,7 @@ class OpGroup(enum.Enum):
     CREATION = "creation"
     RANDOM = "random"
     FUSED = "fused"  # ops made by fusion passes (conv/matmul epilogues, attention)
+    COLLECTIVE = "collective"  # cross-process ops: never run while compiling (every rank must)
 
 
 _REQUIRED = object()

@@ -22,7 +22,8 @@ def fold_constants(graph: Graph) -> Graph:
     for node in graph.nodes:
         inputs = [rw.value(v) for v in node.inputs]
         op = get_op(node.op)
-        foldable = (all(v.kind == "const" for v in inputs) and op.group is not OpGroup.RANDOM
+        foldable = (all(v.kind == "const" for v in inputs)
+                    and op.group not in (OpGroup.RANDOM, OpGroup.COLLECTIVE)
                     and all(v.type.numel <= MAX_FOLDED_ELEMENTS for v in node.outputs))
         if not foldable:
             rw.copy(node)

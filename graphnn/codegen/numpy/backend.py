@@ -219,12 +219,13 @@ class _Context:
 
 
 def _constant_nodes(graph) -> set:
-    """ids of the nodes that depend on constants only (no input, parameter or random op):
-    the generated module computes them once at load time instead of on every call."""
+    """ids of the nodes that depend on constants only (no input, parameter, random op or
+    collective, which every rank runs at every call): the generated module computes them once
+    at load time instead of on every call."""
     constant = {v.name for v in graph.consts}
     hoisted = set()
     for node in graph.nodes:
-        if get_op(node.op).group is OpGroup.RANDOM:
+        if get_op(node.op).group in (OpGroup.RANDOM, OpGroup.COLLECTIVE):
             continue
         if all(v.name in constant for v in node.inputs):
             hoisted.add(id(node))

@@ -4,8 +4,10 @@
 A compiled data-parallel training step averages its gradients over the processes inside the
 step: the traced step holds an ``all_reduce`` node per gradient bucket
 (``graphnn.nn.parallel``), and a ``broadcast`` node per buffer that the forward copies from
-rank 0. Backends run them as EXTERN units (the ops' group, FUSED, has no kernel kind of its
-own), i.e. by calling these reference implementations.
+rank 0. Backends run them as EXTERN units (their group, COLLECTIVE, has no kernel kind of its
+own), i.e. by calling these reference implementations. Nothing runs them while compiling:
+constant folding and the NumPy backend's load-time hoisting skip the group, since every rank
+must run each collective at every call.
 
 The reference implementations are the identity (a copy), which is right for a world of one
 process. The real collective is supplied at run time: ``ir`` does not import
@@ -55,7 +57,7 @@ def _same_type(types, **attrs):
     return types[0]
 
 
-register(OpDef(name="all_reduce", group=OpGroup.FUSED, infer=_infer,
+register(OpDef(name="all_reduce", group=OpGroup.COLLECTIVE, infer=_infer,
                impl=_implementation("all_reduce"),
                grad=NotDifferentiable("all_reduce: a collective over processes; compiled "
                                       "steps apply it to gradients after autodiff"),
@@ -64,7 +66,7 @@ register(OpDef(name="all_reduce", group=OpGroup.FUSED, infer=_infer,
                doc="the sum or mean of x over the processes of a group (identity for one "
                    "process; graphnn.distributed supplies the collective at run time)"))
 
-register(OpDef(name="broadcast", group=OpGroup.FUSED, infer=_same_type,
+register(OpDef(name="broadcast", group=OpGroup.COLLECTIVE, infer=_same_type,
                impl=_implementation("broadcast"),
                grad=NotDifferentiable("broadcast: a collective over processes; compiled steps "
                                       "apply it to buffers"),
