@@ -312,7 +312,7 @@ def test_sin_cos_are_triton_kernels_that_compile_ahead_of_time(tmp_path):
 
 @INTERPRETER_WARNINGS
 def test_on_the_cuda_device_values_and_gradients_match_torch():
-    """Eager ops on cuda tensors (Triton kernels, the sort and the scans on the host) keep
+    """Eager ops on cuda tensors (Triton kernels; the sort on the host) keep
     results and gradients on the device, with PyTorch's values."""
     x = RNG.standard_normal((3, 5))
 

@@ -4,7 +4,8 @@ the parameters' pointwise groups.
 
 A tiny MLP on cuda (Triton's interpreter here, ``tests/conftest.py``) trains three compiled steps
 with each optimizer configuration; parameters and losses equal PyTorch's and the NumPy backend's
-(the same compiled step on the CPU), and every generated module holds exactly one update launch.
+(the same compiled step on the CPU), and every generated module holds exactly one update launch
+and nothing on the host (Adam's bias corrections, powers by the step count, included).
 The fused kernel's GPU form compiles ahead of time for sm80 and sm90.
 """
 from __future__ import annotations
@@ -121,6 +122,7 @@ def test_three_fused_steps_on_cuda_equal_torch_and_the_numpy_backend(config, iso
         updates = [f for f in launched if re.fullmatch(r"_k\d+_update\d+", f)]
         assert len(updates) == 1, launched
         assert not [f for f in launched if re.fullmatch(r"_k\d+_\d+", f)], launched
+        assert "_rt.host_op" not in source  # Adam's bias corrections too (pow by the step)
         # the fused kernel writes every parameter of the MLP
         fused = source[source.index(f"def {updates[0]}("):].split("\n\n\n")[0]
         assert len(re.findall(r"^    # k\d+_\d+ \[", fused, re.M)) >= 4

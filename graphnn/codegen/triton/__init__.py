@@ -1,15 +1,14 @@
-"""The Triton backend: pointwise, reduction and GEMM kernels generated as ``@triton.jit``
-functions, run on torch tensors (``cuda``, or the CPU under ``TRITON_INTERPRET=1``).
+"""The Triton backend: kernels generated as ``@triton.jit`` functions, run on torch tensors
+(``cuda``, or the CPU under ``TRITON_INTERPRET=1``).
 
-``BACKEND`` is its ``Backend``. Its kernel kinds are pointwise, reduction and GEMM (multi-update
-kernels are split into pointwise groups); the scheduler externs every other kind, and the
-generated module runs those ops' registry implementations on host arrays. Its native ops are
-the registry's core ops plus the elementwise and reduction ops its templates lower and
-``matmul_epilogue``; the rest arrives decomposed. Importing it needs neither torch nor triton; using it does (the ``triton``
-extra).
+``BACKEND`` is its ``Backend``. Its kernel kinds are those ``backend.TEMPLATES`` has a template
+for, plus the multi-update kernel (one fused launch for an optimizer step); the scheduler externs
+every other kind, and the generated module runs those ops' registry implementations on host
+arrays. Its native ops are the registry's core ops plus the fused ops its templates lower
+(epilogues, attention and its backward, the pool gradient); the rest arrives decomposed.
+Importing it needs neither torch nor triton; using it does (the ``triton`` extra).
 """
 from graphnn.ir.registry import core_ops
-from graphnn.ir.schedule import KernelKind
 
 from ..backend import Backend, import_kernel_file
 from .backend import BACKEND_VERSION, TEMPLATES, generate
@@ -34,7 +33,7 @@ def load(path: str):
 
 
 BACKEND = Backend(name="triton", version=BACKEND_VERSION, device=DEVICE,
-                  kernel_kinds=frozenset(TEMPLATES) | {KernelKind.MULTI_UPDATE},
+                  kernel_kinds=frozenset(TEMPLATES),
                   native_ops=core_ops() | ELEMENTWISE_OPS | PIVOTS | GEMM_OPS | CONV_OPS
                   | ATTENTION_OPS | POOL_OPS,
                   generate=generate, load=load)

@@ -1,16 +1,18 @@
 """The Triton backend's code generator: a schedule -> the source of one Python module.
 
 ``generate(schedule, plan=None, kernel_id=None, blocks=DEFAULT_BLOCKS, interpreter_form=None)``
-returns a module defining one ``@triton.jit`` function per pointwise and reduction kernel
-(``kernels.py``) and per GEMM kernel (``gemm.py``), and ``kernel(inputs, params, buffers)``, which runs the units
-(``units.py``) in schedule order on device tensors:
+returns a module defining one ``@triton.jit`` function per kernel that has a template
+(``TEMPLATES``: pointwise and reduction in ``kernels.py``, GEMM, convolution, pooling,
+indexing and scans, random numbers, flash attention, the fused optimizer update), and
+``kernel(inputs, params, buffers)``, which runs the units (``units.py``) in schedule order on
+device tensors:
 
-- pointwise, reduction and GEMM kernels: a fresh output tensor per write, then one launch;
+- templated kernels: a fresh output tensor per write, the launch's index checks, then one
+  launch;
 - views (reshape, permute, expand, slice): the torch view of the tensor (a kernel reading one
   gets it made contiguous); ``full``: ``torch.full`` on the device;
-- everything else (convolution, pooling, attention, indexing, random, creation, and any
-  kernel with an op the templates lack): EXTERN, the op's registry implementation on host
-  arrays (download, run, upload). Correct and slow: this is where later kernels plug in.
+- everything else (a kernel with an op no template lowers): EXTERN, the op's registry
+  implementation on host arrays (download, run, upload).
 
 The memory plan is not used yet: every write takes a fresh tensor, and a returned value that
 may share memory with an input, parameter or constant is cloned. The graph's text enters the
