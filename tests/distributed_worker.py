@@ -168,15 +168,20 @@ def equivalence(rank, world):
     return out
 
 
+COMPILED_CASES = (("sgd", "mlp", "sgd", 1), ("adam", "mlp", "adam", 1),
+                  ("accumulate", "mlp", "sgd", 2), ("bn", "bn", "sgd", 1),
+                  ("cnn_sgd", "cnn", "sgd", 1), ("cnn_adam", "cnn", "adam", 1))
+
+
 def compiled(rank, world):
     """A whole training step (zero_grad, forward, backward, optimizer step) compiled with
     graphnn.compile: the MLP with SGD, Adam and SGD over two micro-batches (no_sync for the
-    first), and the batch-norm model (its buffers broadcast from rank 0 by each forward), next
-    to the same training eagerly: state, the compile count, the CompileWarnings, the step
-    graph's all_reduce and broadcast nodes and the buckets."""
+    first), the batch-norm model (its buffers broadcast from rank 0 by each forward) and the
+    CNN with SGD and Adam (``COMPILED_CASES``: name, model, optimizer, micro-batches), next to
+    the same training eagerly: state, the compile count, the CompileWarnings, the step graph's
+    all_reduce and broadcast nodes and the buckets."""
     out = {}
-    for name, kind, opt, micro in (("sgd", "mlp", "sgd", 1), ("adam", "mlp", "adam", 1),
-                                   ("accumulate", "mlp", "sgd", 2), ("bn", "bn", "sgd", 1)):
+    for name, kind, opt, micro in COMPILED_CASES:
         for mode in ("eager", "compiled"):
             ddp = DDP(make_model(kind, seed=rank), bucket_cap_mb=SMALL_BUCKET_MB)
             optimizer = make_optimizer(opt, ddp)
@@ -205,13 +210,22 @@ def syncbn(rank, world):
 
 
 def drift(rank, world):
-    """20 Adam steps on data that differs per rank; every rank's parameters are gathered."""
-    ddp = DDP(make_model("mlp", seed=rank))
-    train(ddp, make_optimizer("adam", ddp), batches("mlp", steps=20, seed=10 + rank))
-    flat = graphnn.cat([p.detach().reshape(-1) for p in ddp.parameters()])
-    gathered = [graphnn.zeros_like(flat) for _ in range(world)]
-    dist.all_gather(gathered, flat)
-    return {f"rank{r}": g.numpy() for r, g in enumerate(gathered)}
+    """20 Adam steps on data that differs per rank, eagerly and as a compiled step; every
+    rank's parameters are gathered (``rank<R>``, ``compiled.rank<R>``)."""
+    out = {}
+    for prefix in ("", "compiled."):
+        ddp = DDP(make_model("mlp", seed=rank))
+        optimizer = make_optimizer("adam", ddp)
+        step = make_step(ddp, optimizer)
+        if prefix:
+            step = graphnn.compile(step)
+        train(ddp, optimizer, batches("mlp", steps=20, seed=10 + rank), step=step)
+        flat = graphnn.cat([p.detach().reshape(-1) for p in ddp.parameters()])
+        gathered = [graphnn.zeros_like(flat) for _ in range(world)]
+        dist.all_gather(gathered, flat)
+        out.update({f"{prefix}rank{r}": g.numpy() for r, g in enumerate(gathered)})
+    out["compiled.compiles"] = np.array(step.compiles)
+    return out
 
 
 def no_sync(rank, world):

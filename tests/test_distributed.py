@@ -109,14 +109,13 @@ def _check_compiled(saved, world):
     no eager fallback, one compile after the warm-up call, one all_reduce node per bucket and
     one broadcast node per buffer in the step graph, state equal to the eager DDP step's and
     (without batch norm, whose statistics are per rank) to one process on the whole batch."""
-    for name, opt, buffers in (("sgd", "sgd", 0), ("adam", "adam", 0),
-                               ("accumulate", "sgd", 0), ("bn", "sgd", 3)):
-        want = _reference("mlp", opt) if name != "bn" else None
+    for name, kind, opt, _ in worker.COMPILED_CASES:
+        want = _reference(kind, opt) if kind != "bn" else None
         for r in range(world):
             got = saved["compiled", r]
             assert int(got[f"{name}.warnings"]) == 0 and int(got[f"{name}.compiles"]) == 1
             assert int(got[f"{name}.all_reduce_nodes"]) == int(got[f"{name}.buckets"]) > 1
-            assert int(got[f"{name}.broadcast_nodes"]) == buffers
+            assert int(got[f"{name}.broadcast_nodes"]) == (3 if kind == "bn" else 0)
             eager = {k[len(f"{name}.eager."):]: v for k, v in got.items()
                      if k.startswith(f"{name}.eager.")}
             _assert_state_close(got, eager, f"{name}.compiled.")
@@ -125,10 +124,23 @@ def _check_compiled(saved, world):
                 _assert_state_close(got, want, f"{name}.compiled.")
 
 
+def _check_drift(saved, world):
+    """20 steps on different data per rank, eager and compiled: parameters identical on every
+    rank (bit for bit), the compiled step compiled once."""
+    for r in range(world):
+        got = saved["drift", r]
+        assert int(got["compiled.compiles"]) == 1
+        for prefix in ("", "compiled."):
+            for other in range(world):
+                np.testing.assert_array_equal(got[f"{prefix}rank{other}"],
+                                              got[f"{prefix}rank0"])
+
+
 def test_torchrun_three_ranks_train_as_one_process_then_a_hung_rank_ends_the_job(tmp_path):
-    """torchrun, 3 workers: collectives, equivalence, SyncBatchNorm, no drift; then rank 1
-    hangs, the others' all-reduce times out (3 s) and torchrun ends the job naming a rank."""
-    world, scenarios = 3, ["collectives", "equivalence", "syncbn", "drift"]
+    """torchrun, 3 workers: collectives, equivalence (eager and compiled steps), SyncBatchNorm,
+    no drift (eager and compiled); then rank 1 hangs, the others' all-reduce times out (3 s)
+    and torchrun ends the job naming a rank."""
+    world, scenarios = 3, ["collectives", "equivalence", "compiled", "syncbn", "drift"]
     start = time.monotonic()
     code, log = _torchrun(world, tmp_path, scenarios + ["hang"])
     assert time.monotonic() - start < 240
@@ -139,6 +151,8 @@ def test_torchrun_three_ranks_train_as_one_process_then_a_hung_rank_ends_the_job
     assert "Root Cause (first observed failure)" in log
     assert re.search(r"rank\s+: [02] \(local_rank: [02]\)", log)  # a rank that timed out
     _check_equivalence(saved, world)
+    _check_compiled(saved, world)
+    _check_drift(saved, world)
     values = np.stack([worker.rank_values(r) for r in range(world)])
     want = {"SUM": values.sum(0), "AVG": values.mean(0), "MAX": values.max(0),
             "MIN": values.min(0), "PRODUCT": values.prod(0), "bf16": values.sum(0),
@@ -151,9 +165,6 @@ def test_torchrun_three_ranks_train_as_one_process_then_a_hung_rank_ends_the_job
             np.testing.assert_allclose(got[key], value, rtol=1e-6, err_msg=key)
         assert all(int(got[f"{op}.version"]) == 1 for op in ("SUM", "AVG", "MAX", "MIN"))
         assert got["int64"].dtype == np.int64
-        for other in range(world):  # 20 Adam steps on different data per rank: no drift
-            np.testing.assert_array_equal(saved["drift", r][f"rank{other}"],
-                                          saved["drift", r]["rank0"])
 
 
 def test_two_ranks_train_as_one_process_then_a_raising_rank_ends_the_job(tmp_path):
