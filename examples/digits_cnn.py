@@ -11,8 +11,17 @@ terminal) shows the loss and accuracy; at the end the script prints the time per
 compiled against one eager epoch over the same data, saves the weights as safetensors and,
 when matplotlib is installed, draws the training curves next to them (a PNG).
 
+Under torchrun (RANK and WORLD_SIZE in the environment) it trains data-parallel: each process
+joins a gloo process group, wraps the model in DistributedDataParallel and takes its share of
+the training set from a DistributedSampler (a new order each epoch, the same on every rank)
+in batches of BATCH_SIZE / world size, so that the global batch, the learning rate and the
+number of steps per epoch stay those of one process. The compiled step averages the
+gradients inside itself. Rank 0 evaluates, prints and saves; the printed training loss and
+accuracy are averaged over the ranks.
+
     pip install -e '.[examples]'
     python examples/digits_cnn.py [--epochs 10] [--out digits_cnn.safetensors] [--no-plot]
+    torchrun --nproc-per-node 2 examples/digits_cnn.py   # needs torch (the distributed extra)
 """
 from __future__ import annotations
 
@@ -27,8 +36,10 @@ if __name__ == "__main__":
     # it is first imported, just below
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import graphnn
+import graphnn.distributed as dist
 from graphnn import nn, optim
-from graphnn.utils.data import DataLoader, TensorDataset, random_split
+from graphnn.nn.parallel import DistributedDataParallel
+from graphnn.utils.data import DataLoader, DistributedSampler, TensorDataset, random_split
 
 try:
     from sklearn.datasets import load_digits
@@ -64,11 +75,26 @@ def digits_datasets(seed: int):
     return random_split(full, [len(full) - TEST_SIZE, TEST_SIZE], generator=split)
 
 
-def training_loader(train_set, seed: int) -> DataLoader:
-    """Shuffled batches of ``BATCH_SIZE``, a new order each epoch from a generator seeded with
-    ``seed``; the short last batch is dropped, so the compiled step sees one shape."""
-    return DataLoader(train_set, batch_size=BATCH_SIZE, shuffle=True, drop_last=True,
-                      generator=graphnn.Generator().manual_seed(seed))
+def join_process_group() -> tuple[int, int]:
+    """(rank, world size): under torchrun (RANK and WORLD_SIZE set), after joining the default
+    process group on gloo (CPU tensors); otherwise (0, 1) and no process group."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return 0, 1
+    dist.init_process_group(backend="gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def training_loader(train_set, seed: int, rank: int = 0, world: int = 1) -> DataLoader:
+    """Shuffled batches, a new order each epoch (``set_epoch`` of the DistributedSampler when
+    ``world`` > 1), seeded with ``seed``: one process takes batches of ``BATCH_SIZE``, each of
+    ``world`` processes its share of every global batch of ``BATCH_SIZE``. The short last batch
+    is dropped, so the compiled step sees one shape."""
+    if world == 1:
+        return DataLoader(train_set, batch_size=BATCH_SIZE, shuffle=True, drop_last=True,
+                          generator=graphnn.Generator().manual_seed(seed))
+    sampler = DistributedSampler(train_set, world, rank, shuffle=True, seed=seed)
+    return DataLoader(train_set, batch_size=BATCH_SIZE // world, sampler=sampler,
+                      drop_last=True)
 
 
 def make_train_step(model):
@@ -102,6 +128,20 @@ def run_epoch(step, loader, bar):
     return total_loss / seen, correct / seen
 
 
+def share_epoch_results(loss: float, train_acc: float, test_acc: float):
+    """Every rank's (loss, train accuracy) averaged over the ranks (each saw as many images),
+    and rank 0's test accuracy, on every rank."""
+    train = graphnn.tensor([loss, train_acc], dtype=graphnn.float64)
+    dist.all_reduce(train, dist.ReduceOp.AVG)
+    test = graphnn.tensor([test_acc], dtype=graphnn.float64)
+    dist.broadcast(test, src=0)
+    return train[0].item(), train[1].item(), test[0].item()
+
+
+def _silent(*args, **kwargs):
+    """``print`` for ranks other than 0."""
+
+
 def evaluate(predict, loader) -> float:
     """Accuracy of ``predict`` (images -> logits) over ``loader``."""
     correct = total = 0
@@ -112,11 +152,10 @@ def evaluate(predict, loader) -> float:
     return correct / total
 
 
-def time_eager_epoch(model, train_set, seed: int) -> float:
-    """Seconds one eager training epoch takes on a copy of ``model`` (same data, batch size,
-    optimizer and loss), leaving ``model`` untouched."""
-    step = make_train_step(copy.deepcopy(model))
-    loader = training_loader(train_set, seed)
+def time_eager_epoch(model, loader) -> float:
+    """Seconds one eager training epoch of ``model`` over ``loader`` takes (same optimizer and
+    loss as the compiled step); pass a copy to keep the trained model untouched."""
+    step = make_train_step(model)
     start = time.perf_counter()
     run_epoch(step, loader, None)
     return time.perf_counter() - start
@@ -159,41 +198,58 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     epochs = 1 if args.quick else args.epochs
 
+    rank, world = join_process_group()
+    log = print if rank == 0 else _silent
+    # DistributedDataParallel broadcasts rank 0's parameters: every replica starts equal
+    wrap = DistributedDataParallel if dist.is_initialized() else (lambda module: module)
+
     graphnn.manual_seed(args.seed)
     train_set, test_set = digits_datasets(args.seed)
     model = DigitsCNN()
-    train_step = graphnn.compile(make_train_step(model))
+    train_step = graphnn.compile(make_train_step(wrap(model)))
     predict = graphnn.compile(model)
-    train_loader = training_loader(train_set, args.seed)
+    train_loader = training_loader(train_set, args.seed, rank, world)
     test_loader = DataLoader(test_set, batch_size=TEST_SIZE // 3)
-    print(f"digits: {len(train_set)} training and {len(test_set)} test images; "
-          f"{sum(p.numel() for p in model.parameters())} parameters")
+    log(f"digits: {len(train_set)} training and {len(test_set)} test images; "
+        f"{sum(p.numel() for p in model.parameters())} parameters"
+        + (f"; {world} processes, {train_loader.batch_size} images each per step"
+           if world > 1 else ""))
 
     history = {"loss": [], "train_acc": [], "test_acc": [], "seconds": []}
     for epoch in range(1, epochs + 1):
+        if world > 1:
+            train_loader.sampler.set_epoch(epoch)
         start = time.perf_counter()
-        loss, train_acc = run_epoch(train_step, train_loader, f"epoch {epoch}/{epochs}")
+        loss, train_acc = run_epoch(train_step, train_loader,
+                                    f"epoch {epoch}/{epochs}" if rank == 0 else None)
         history["seconds"].append(time.perf_counter() - start)
         model.eval()
-        test_acc = evaluate(predict, test_loader)
+        test_acc = evaluate(predict, test_loader) if rank == 0 else 0.0
         model.train()
+        if world > 1:
+            loss, train_acc, test_acc = share_epoch_results(loss, train_acc, test_acc)
         for key, value in (("loss", loss), ("train_acc", train_acc), ("test_acc", test_acc)):
             history[key].append(value)
-        tqdm.write(f"epoch {epoch:2d}  loss {loss:.4f}  train accuracy {train_acc:.3f}  "
-                   f"test accuracy {test_acc:.3f}  ({history['seconds'][-1]:.2f} s)")
+        if rank == 0:
+            tqdm.write(f"epoch {epoch:2d}  loss {loss:.4f}  train accuracy {train_acc:.3f}  "
+                       f"test accuracy {test_acc:.3f}  ({history['seconds'][-1]:.2f} s)")
 
     steady = history["seconds"][1:] or history["seconds"]
     compiled = sum(steady) / len(steady)
-    print(f"compiled: {compiled:.3f} s per epoch (the first epoch, which also compiled the "
-          f"step or loaded it from graphnn's cache, took {history['seconds'][0]:.2f} s)")
-    eager = time_eager_epoch(model, train_set, args.seed)
-    print(f"eager: {eager:.3f} s for one epoch on the same data, batch size and optimizer "
-          f"({eager / compiled:.1f}x the compiled time)")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    graphnn.save(model.state_dict(), args.out)
-    print(f"weights saved to {args.out}")
-    if not (args.no_plot or args.quick):
-        plot_curves(history, args.out.with_suffix(".png"))
+    log(f"compiled: {compiled:.3f} s per epoch (the first epoch, which also compiled the "
+        f"step or loaded it from graphnn's cache, took {history['seconds'][0]:.2f} s)")
+    eager = time_eager_epoch(wrap(copy.deepcopy(model)),
+                             training_loader(train_set, args.seed, rank, world))
+    log(f"eager: {eager:.3f} s for one epoch on the same data, batch size and optimizer "
+        f"({eager / compiled:.1f}x the compiled time)")
+    if rank == 0:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        graphnn.save(model.state_dict(), args.out)
+        print(f"weights saved to {args.out}")
+        if not (args.no_plot or args.quick):
+            plot_curves(history, args.out.with_suffix(".png"))
+    if dist.is_initialized():
+        dist.destroy_process_group()
     return {"test_accuracy": history["test_acc"][-1], "history": history,
             "compiles": train_step.compiles}
 

@@ -2,8 +2,11 @@
 README's main job, trains compiled to >= 97% test accuracy and saves weights that load back;
 the language model samples text from one compiled step."""
 import importlib.util
+import os
 import pathlib
 import re
+import shutil
+import socket
 import subprocess
 import sys
 import warnings
@@ -59,21 +62,51 @@ def test_digits_cnn_quick_run_trains_and_its_safetensors_weights_load_back(tmp_p
     assert printed > 0.5, result.stdout  # chance is 0.1
     assert re.search(r"compiled: \d+\.\d+ s per epoch", result.stdout)
     assert re.search(r"eager: \d+\.\d+ s for one epoch on the same data", result.stdout)
-
     safetensors_numpy = pytest.importorskip("safetensors.numpy")
-    example = load_example("digits_cnn")
-    model = example.DigitsCNN()
+    model = load_example("digits_cnn").DigitsCNN()
     arrays = safetensors_numpy.load_file(str(out))  # the reference reader sees our file
     assert {k: v.shape for k, v in arrays.items()} == \
         {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    model.load_state_dict(graphnn.load(out))
+    assert abs(_saved_digits_accuracy(out) - printed) < 1e-3  # the saved weights: the trained
+
+
+def _saved_digits_accuracy(path) -> float:
+    """Test accuracy (the script's split for --seed 0) of the DigitsCNN weights at ``path``."""
+    example = load_example("digits_cnn")
+    model = example.DigitsCNN()
+    model.load_state_dict(graphnn.load(path))
     model.eval()
     _, test_set = example.digits_datasets(0)  # the script's split for --seed 0
     images = graphnn.stack([image for image, _ in test_set])
     labels = np.array([int(label) for _, label in test_set])
     with graphnn.no_grad():
-        accuracy = (model(images).numpy().argmax(axis=1) == labels).mean()
-    assert abs(accuracy - printed) < 1e-3  # the saved weights are the trained ones
+        return (model(images).numpy().argmax(axis=1) == labels).mean()
+
+
+def test_digits_cnn_quick_run_under_torchrun_with_two_processes(tmp_path):
+    """``torchrun --nproc-per-node 2``: DDP over gloo, each rank its DistributedSampler share;
+    rank 0 alone prints and saves, and its printed accuracy is that of the saved weights."""
+    pytest.importorskip("sklearn")
+    pytest.importorskip("tqdm")
+    pytest.importorskip("torch.distributed")
+    launcher = ["torchrun"] if shutil.which("torchrun") else \
+        [sys.executable, "-m", "torch.distributed.run"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "digits.safetensors"
+    result = subprocess.run(
+        [*launcher, "--nproc-per-node", "2", "--master-port", str(port),
+         str(EXAMPLES / "digits_cnn.py"), "--quick", "--out", str(out)],
+        env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "CompileWarning" not in result.stderr
+    assert "2 processes, 16 images each per step" in result.stdout
+    printed = re.findall(r"test accuracy (\d\.\d+)", result.stdout)
+    assert len(printed) == 1, result.stdout  # rank 0 only
+    assert result.stdout.count("weights saved to") == 1
+    assert float(printed[0]) > 0.5, result.stdout  # chance is 0.1
+    assert abs(_saved_digits_accuracy(out) - float(printed[0])) < 1e-3
 
 
 def test_digits_cnn_full_run_reaches_97_percent_compiled(tmp_path, capsys):
