@@ -81,9 +81,9 @@ def test_eager_matmuls_on_cuda_follow_the_precision():
         graphnn.set_float32_matmul_precision(precision)
         out = graphnn.tensor(a, device="cuda") @ graphnn.tensor(b, device="cuda")
         np.testing.assert_allclose(out.cpu().numpy(), expected, rtol=1e-5, atol=1e-5)
-        sources = [artifact.source for key, artifact in RUNTIME._artifacts.items()
-                   if key[0] == precision and "tl.dot(" in artifact.source]
-        assert sources and all(f'input_precision="{text}"' in src for src in sources)
+        types = (((5, 7), graphnn.float32), ((7, 3), graphnn.float32))
+        source = RUNTIME._artifacts[(precision, ("matmul", types, ()))].source
+        assert "tl.dot(" in source and f'input_precision="{text}"' in source
 
 
 def test_64_bit_dots_name_no_precision():
