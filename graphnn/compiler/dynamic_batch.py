@@ -70,7 +70,7 @@ class EveryBatch:
 
 
 def resized(args, kwargs, tensors, positions, size):
-    """(args, kwargs, tensors) with the call's tensors at ``positions`` (``_flatten_call``'s
+    """(args, kwargs, tensors) with the call's tensors at ``positions`` (``call.flatten_call``'s
     order) replaced by zeros whose dim 0 is ``size``: a probe call for ``dynamic=True``."""
     swap = {}
     for i in positions:

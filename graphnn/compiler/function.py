@@ -44,16 +44,16 @@ import gc
 import inspect
 import logging
 import threading
-import types
 import warnings
 from dataclasses import dataclass, replace
 
 from . import stages
 from . import step as compiled_step
+from .call import flatten_call, recording
 from .dynamic_batch import PROBE_SIZES, DynamicBatch, EveryBatch, program_text
 from .entry import Entry
 from .random_inputs import RandomInputs, lift_random
-from .results import detached, result_template
+from .results import detached
 from .step_state import StepState
 from .training import TapeBackward
 from ..frontend import device_tensor, trace_state
@@ -151,59 +151,6 @@ def _global_hooks() -> bool:
                 or H.global_backward_hooks or H.global_backward_pre_hooks)
 
 
-# ---- the call's tensors, in graph input order ----------------------------------------------------
-
-def _flatten_call(signature, args, kwargs):
-    """(tensors in the tracer's input order, a key of everything else)."""
-    tensors, static = [], []
-
-    def walk(v):
-        if isinstance(v, Tensor):
-            tensors.append(v)
-            static.append("T")
-        elif isinstance(v, (tuple, list)):
-            static.append((type(v).__name__, len(v)))
-            for x in v:
-                walk(x)
-        elif isinstance(v, dict):
-            static.append(("dict", tuple(v)))
-            for x in v.values():
-                walk(x)
-        else:
-            static.append(v if isinstance(v, (int, float, str, bool, type(None)))
-                          else repr(v))
-
-    if signature is None:
-        for v in args:
-            walk(v)
-        for k, v in kwargs.items():
-            static.append(k)
-            walk(v)
-    else:
-        bound = signature.bind(*args, **kwargs)
-        for name, v in bound.arguments.items():
-            static.append(name)
-            walk(v)
-    return tensors, tuple(static)
-
-
-def _recording(fn, holder):
-    """``fn`` for the tracer (same signature; a bound Module method stays one, so the module's
-    state is bound), appending the result's container template to ``holder``."""
-    def record(*args, **kwargs):
-        result = fn(*args, **kwargs)
-        holder.append(result_template(result))
-        return result
-
-    if inspect.ismethod(fn):
-        def method(self, *args, **kwargs):
-            return record(*args, **kwargs)
-        method.__signature__ = inspect.signature(fn.__func__)
-        method.__name__ = fn.__name__
-        return types.MethodType(method, fn.__self__)
-    return functools.wraps(fn)(record)
-
-
 # ---- the compiled callable ----------------------------------------------------------------------
 
 class CompiledFunction:
@@ -274,7 +221,7 @@ class CompiledFunction:
             self._warn_once(("hooks", reason), f"graphnn: {self.name} runs eagerly: {reason} "
                             f"(hooks are not traced into compiled code)")
             return self._eager(*args, **kwargs)
-        tensors, static = _flatten_call(self._signature, args, kwargs)
+        tensors, static = flatten_call(self._signature, args, kwargs)
         sig, state = self._signature_of(call, tensors, static)
         entry = self._entries.get(sig)
         if entry is _STATIC or (isinstance(entry, EveryBatch) and
@@ -386,7 +333,7 @@ class CompiledFunction:
         theirs."""
         self._warmed.add(sig)
         result = self._eager(*args, **kwargs)
-        tensors, static = _flatten_call(self._signature, args, kwargs)
+        tensors, static = flatten_call(self._signature, args, kwargs)
         steady, _ = self._signature_of(self._step_state.read(), tensors, static)
         if steady not in self._entries:
             rng = get_rng_state()
@@ -432,7 +379,7 @@ class CompiledFunction:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             traced, changes, hypers = compiled_step.trace_function(
-                _recording(self._fn, holder), args, kwargs, self._step_state, self.name)
+                recording(self._fn, holder), args, kwargs, self._step_state, self.name)
         for w in caught:
             if "assigned module attribute" in str(w.message):
                 raise RuntimeError(f"the forward changes module attributes, which compiled "
