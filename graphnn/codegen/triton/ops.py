@@ -12,6 +12,15 @@ Semantics follow the registry's reference implementations (NumPy), NaN and inf i
 ``maximum``/``minimum``/``clamp``/``relu`` propagate NaN, comparisons with NaN are false
 (``ne`` true), ``sign(nan)`` is NaN. Only ``tl.*`` maths is used (the interpreter has no
 libdevice), so ``tanh`` is written with ``tl.exp``.
+
+The source runs on Triton 3.6 as on 3.9, where 3.6 loses the sign of zero in two places (its
+interpreter and its compiler alike): a float constant equal to 0 (a ``-0.0`` literal,
+``tl.full(..., -0.0, ...)``) becomes +0.0, and unary minus on a float tensor is ``0 - x``, so
+``-x`` of +0.0 is +0.0. Hence a float negation whose zero sign matters is ``negated(x)`` (a
+product by -1.0) and a -0.0 constant is ``NEGATIVE_ZERO`` (the sign bit bitcast to float32,
+folded to a -0.0 constant when compiled). 3.6's interpreter also computes ``tl.fma`` as a
+rounded product plus an add, so exact product errors are ``product_error``: ``tl.fma`` in the
+GPU form, Dekker's product in the interpreter form.
 """
 from __future__ import annotations
 
@@ -38,8 +47,19 @@ def compute(dtype: DType) -> str:
     return FLOAT_COMPUTE.get(dtype.name) or INT_COMPUTE[dtype.name]
 
 
+NEGATIVE_ZERO = "tl.full([], -2147483648, tl.int32).to(tl.float32, bitcast=True)"
+"""-0.0 as a float32 scalar computed from its bits: Triton 3.6 turns a ``-0.0`` constant into
++0.0 (see the module docstring)."""
+
+
+def negated(x: str) -> str:
+    """``-x`` for a float ``x``, the sign of zero included (Triton 3.6's ``-x`` is ``0 - x``)."""
+    return f"({x} * -1.0)"
+
+
 def number(value) -> str:
-    """A Python number as Triton source (``float("inf")`` for infinities)."""
+    """A Python number as Triton source (``float("inf")`` for infinities, ``NEGATIVE_ZERO``
+    for -0.0)."""
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, int):
@@ -49,7 +69,33 @@ def number(value) -> str:
         raise Unlowered("NaN literal")
     if math.isinf(value):
         return 'float("inf")' if value > 0 else '-float("inf")'
+    if value == 0 and math.copysign(1.0, value) < 0:
+        return NEGATIVE_ZERO
     return repr(value)
+
+
+_SPLIT = 134217729.0  # 2**27 + 1: Veltkamp's factor for float64
+
+
+def _halves(x: str, em) -> tuple:
+    """Veltkamp's split of a float64 ``x`` (``|x| < 2**996``) into ``hi + lo == x``, each with
+    at most 26 significant bits, so products of halves are exact."""
+    c = em.tmp(f"{_SPLIT} * {x}")
+    hi = em.tmp(f"{c} - ({c} - {x})")
+    return hi, em.tmp(f"{x} - {hi}")
+
+
+def product_error(a: str, b: str, p: str, em) -> str:
+    """``a * b - p`` exactly, for float64 ``a``, ``b`` and their rounded product ``p``, as long
+    as ``|a|, |b| < 2**996`` and no partial product underflows. The GPU form is ``tl.fma`` (one
+    fused instruction). The interpreter form is Dekker's exact product from Veltkamp halves,
+    since Triton 3.6's interpreter rounds ``tl.fma``'s product; the GPU form cannot take it,
+    as the compiler may contract its products and sums into fmas, which breaks the split."""
+    if not em.interpreter_form:
+        return f"tl.fma({a}, {b}, -{p})"  # -p: 0 - p on 3.6, equal to p's negation but for zeros
+    ah, al = _halves(a, em)
+    bh, bl = (ah, al) if b == a else _halves(b, em)
+    return em.tmp(f"(({ah} * {bh} - {p}) + {ah} * {bl} + {al} * {bh}) + {al} * {bl}")
 
 
 def _common(node) -> str:
@@ -96,11 +142,11 @@ def _float_unary(template):
 def _tanh(x, out, em):
     """sign(x) * (1 - exp(-2|x|)) / (1 + exp(-2|x|)), computed in float64 and rounded once:
     the float32 formula is ~1.5 ulp off, which 1 - tanh(x)**2 (its gradient) amplifies near
-    +-1. Exact at +-inf, NaN for NaN."""
+    +-1. Exact at +-inf, NaN for NaN, the sign (of -0.0 too) from the sign bit."""
     wide = em.tmp(f"{x}.to(tl.float64)")
     e = em.tmp(f"tl.exp(-2.0 * tl.abs({wide}))")
     t = em.tmp(f"(1.0 - {e}) / (1.0 + {e})")
-    return f"tl.where({wide} < 0, -{t}, {t}).to({out})"
+    return f"tl.where({wide}.to(tl.int64, bitcast=True) < 0, {negated(t)}, {t}).to({out})"
 
 
 def _gelu(node, args, em):
@@ -185,11 +231,12 @@ _POWERS = {1.0: "{x}", 2.0: "({x} * {x})", 3.0: "({x} * {x} * {x})", 0.5: "tl.sq
 
 def _integer_power(a: str, e: str, em) -> str:
     """``a ** e`` for float64 ``a`` and integer-valued ``e`` with ``|e| < 2**32`` (other lanes
-    give garbage), by binary powering in double-double arithmetic (``tl.fma`` products: a
-    relative error near ``|e| * 2**-100`` before the final rounding, so the reference's
-    correctly rounded values come out bit for bit) as long as no power of ``a`` it forms
-    overflows or underflows. A static loop of 32 steps: in a pointwise kernel a 0-d value is a
-    scalar, so a 0-d power (an optimizer step's bias corrections) costs 32 steps per thread."""
+    give garbage), by binary powering in double-double arithmetic (exact products through
+    ``product_error``: a relative error near ``|e| * 2**-100`` before the final rounding, so
+    the reference's correctly rounded values come out bit for bit) as long as no power of ``a``
+    it forms overflows or underflows. A static loop of 32 steps: in a pointwise kernel a 0-d
+    value is a scalar, so a 0-d power (an optimizer step's bias corrections) costs 32 steps per
+    thread."""
     n = em.tmp(f"tl.where(tl.abs({e}) < 4294967296.0, tl.abs({e}), 0.0).to(tl.int64)")
     zero = f"({a} * 0.0 + {e} * 0.0)"  # of the broadcast shape, as the loop carries it
     rh, rl, sh, sl = (em.tmp(v) for v in (f"{zero} + 1.0", zero, f"{a} + {zero}", zero))
@@ -197,36 +244,43 @@ def _integer_power(a: str, e: str, em) -> str:
     em.indent += 1
     bit = em.tmp(f"(({n} >> {rh}_bit) & 1) != 0")
     ph = em.tmp(f"{rh} * {sh}")
-    pl = em.tmp(f"tl.fma({rh}, {sh}, -{ph}) + ({rh} * {sl} + {rl} * {sh})")
+    pl = em.tmp(f"{product_error(rh, sh, ph, em)} + ({rh} * {sl} + {rl} * {sh})")
     th = em.tmp(f"{ph} + {pl}")
     em.emit(f"{rl} = tl.where({bit}, {pl} - ({th} - {ph}), {rl})")
     em.emit(f"{rh} = tl.where({bit}, {th}, {rh})")
     qh = em.tmp(f"{sh} * {sh}")
-    ql = em.tmp(f"tl.fma({sh}, {sh}, -{qh}) + 2.0 * {sh} * {sl}")
+    ql = em.tmp(f"{product_error(sh, sh, qh, em)} + 2.0 * {sh} * {sl}")
     em.emit(f"{sh} = {qh} + {ql}")
     em.emit(f"{sl} = {ql} - ({sh} - {qh})")
     em.indent -= 1
     inv = em.tmp(f"1.0 / {rh}")
-    return f"tl.where({e} < 0, {inv} + (tl.fma(-{rh}, {inv}, 1.0) - {rl} * {inv}) * {inv}, " \
-           f"{rh} + {rl})"
+    if em.interpreter_form:  # 1 - rh * inv: unit is within an ulp of 1, so 1 - unit is exact
+        unit = em.tmp(f"{rh} * {inv}")
+        residual = em.tmp(f"(1.0 - {unit}) - {product_error(rh, inv, unit, em)}")
+    else:
+        residual = em.tmp(f"tl.fma(-{rh}, {inv}, 1.0)")
+    return f"tl.where({e} < 0, {inv} + ({residual} - {rl} * {inv}) * {inv}, {rh} + {rl})"
 
 
 def _float_pow(x: str, y: str, out: str, em) -> str:
     """``x ** y`` for floats ``x`` and ``y`` (variables in the compute dtype ``out``) as the
     reference's ``np.power``. The magnitude is ``exp(y * log|x|)`` in float64, with the
-    product's rounding error (exact through ``tl.fma``) put back as a factor ``1 + err``,
-    rounded once to ``out``: float32 results are within one ulp of the reference, float64 ones
-    within a few ulps times ``|y * log|x||`` (the error of ``log``). A float64 result by an
-    integer exponent (``|y| < 2**32``) whose magnitude lies in [1e-300, 1e300] takes
-    ``_integer_power`` instead: the reference's value bit for bit. Then C's special cases:
-    ``x ** 0`` and ``1 ** y`` are 1 (NaN included), ``(+-1) ** +-inf`` is 1, a negative base to
-    an odd integer is negative (-0.0 and -inf too, by the sign bit), a finite negative base to
-    a finite non-integer is NaN; zero and infinite bases follow from ``log 0 = -inf``."""
+    product's rounding error (exact through ``product_error``) put back as a factor
+    ``1 + err``, rounded once to ``out``: float32 results are within one ulp of the reference,
+    float64 ones within a few ulps times ``|y * log|x||`` (the error of ``log``). A float64
+    result by an integer exponent (``|y| < 2**32``) whose magnitude lies in [1e-300, 1e300]
+    takes ``_integer_power`` instead: the reference's value bit for bit. Then C's special
+    cases: ``x ** 0`` and ``1 ** y`` are 1 (NaN included), ``(+-1) ** +-inf`` is 1, a negative
+    base to an odd integer is negative (-0.0 and -inf too, by the sign bit), a finite negative
+    base to a finite non-integer is NaN; zero and infinite bases follow from ``log 0 = -inf``."""
     b, e = (em.tmp(v if out == "tl.float64" else f"{v}.to(tl.float64)") for v in (x, y))
     a = em.tmp(f"tl.abs({b})")
     log = em.tmp(f"tl.log({a})")
     p = em.tmp(f"{e} * {log}")
-    err = em.tmp(f'tl.where(tl.abs({p}) < float("inf"), tl.fma({e}, {log}, -{p}), 0.0)')
+    # |e| >= 1e300 (past product_error's domain) makes p zero (exact) or |p| >= 1e284, whose
+    # exp is 0 or inf whatever err is
+    err = em.tmp(f'tl.where((tl.abs({p}) < float("inf")) & (tl.abs({e}) < 1e300), '
+                 f'{product_error(e, log, p, em)}, 0.0)')
     m = em.tmp(f"tl.exp({p}) * (1.0 + {err})")
     whole = em.tmp(f"tl.floor({e}) == {e}")
     if out == "tl.float64":
@@ -234,7 +288,7 @@ def _float_pow(x: str, y: str, out: str, em) -> str:
         m = em.tmp(f"tl.where({whole} & (tl.abs({e}) < 4294967296.0) & ({m} > 1e-300) & "
                    f"({m} < 1e300), {exact}, {m})")
     odd = em.tmp(f"{whole} & (tl.floor({e} * 0.5) != {e} * 0.5)")
-    r = em.tmp(f"tl.where(({b}.to(tl.int64, bitcast=True) < 0) & {odd}, -{m}, {m})")
+    r = em.tmp(f"tl.where(({b}.to(tl.int64, bitcast=True) < 0) & {odd}, {negated(m)}, {m})")
     r = em.tmp(f'tl.where(({b} < 0) & ({b} > -float("inf")) & ({whole} == 0), float("nan"), '
                f'{r})')
     one = f'({e} == 0) | ({b} == 1.0) | (({a} == 1.0) & (tl.abs({e}) == float("inf")))'
@@ -260,9 +314,11 @@ def _cast(node, args, em):
 
 
 def _neg(node, args, em):
-    if _out(node) == "tl.int1":
+    out = _out(node)
+    if out == "tl.int1":
         raise Unlowered("neg on bool")
-    return f"(-{_operands(node, args, em, _out(node))[0]})"
+    x = _operands(node, args, em, out)[0]
+    return negated(x) if out in ("tl.float32", "tl.float64") else f"(-{x})"
 
 
 def _abs(node, args, em):

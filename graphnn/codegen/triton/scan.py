@@ -8,8 +8,9 @@ one) and columns (the scanned dim), through index arithmetic: row ``r`` is outer
 scanned one. One program per ``BLOCK_R`` rows; a row that fits one ``BLOCK_C`` block is scanned
 at once (``tl.cumsum``/``tl.cumprod`` along the columns), a longer one in column blocks whose
 running total (the last lane of the previous block's scan, masked lanes holding -0.0 (0 for
-integers) for a sum and 1 for a product; picked out as an integer sum of its bits, so NaN and
-the sign of zero survive) carries into the next. ``reverse`` reads and writes the columns mirrored.
+integers; ``ops.number(-0.0)``, since Triton 3.6 makes a -0.0 literal +0.0) for a sum and 1 for
+a product; picked out as an integer sum of its bits, so NaN and the sign of zero survive)
+carries into the next. ``reverse`` reads and writes the columns mirrored.
 
 Values accumulate as the reference does: float16 and bfloat16 in float32, float32 in float64,
 integers and bools in int64 (wrapping), each result rounded once into the result dtype. The
@@ -24,7 +25,7 @@ import math
 from graphnn.ir.ops.shape_rules import normalize_dim
 
 from .kernels import Blocks, KernelBody, Launch, launch_of, next_pow2
-from .ops import Unlowered, compute
+from .ops import Unlowered, compute, number
 
 SCAN_OPS = frozenset({"cumsum", "cumprod"})
 _ACCUMULATE = {"float16": "tl.float32", "bfloat16": "tl.float32", "float32": "tl.float64",
@@ -53,7 +54,7 @@ def scan(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     body.emit(f"rmask = rows < {rows}")
     body.emit(f"base = (rows // {inner}) * {cols * inner} + rows % {inner}")
     floating = acc != "tl.int64"
-    zero = "-0.0" if floating else "0"  # x + -0.0 is x, -0.0 included
+    zero = number(-0.0) if floating else "0"  # x + -0.0 is x, -0.0 included
     body.emit(f"carry = tl.full([BLOCK_R], {1 if product else zero}, {acc})")
     body.emit(f"for start in range(0, {cols}, BLOCK_C):")
     body.indent += 1
