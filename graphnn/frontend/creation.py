@@ -6,6 +6,7 @@ import numpy as np
 
 from ..ir.dtypes import DEFAULT_FLOAT, as_dtype, bool_, from_numpy_dtype, int64
 from ..ir.errors import DTypeError, ShapeError
+from ..ir.symbolic import as_size
 from . import trace_state
 from .device import CPU, resolve
 from .dispatch import apply1
@@ -113,7 +114,7 @@ def from_numpy(array: np.ndarray):
 def _shape(size):
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = tuple(size[0])
-    return tuple(int(s) for s in size)
+    return tuple(as_size(s) for s in size)
 
 
 def _dtype(dtype):

@@ -8,6 +8,8 @@ that read values go through ``trace_state.readable_data``, which refuses unknown
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..ir.dtypes import (DType, as_dtype, bfloat16, bool_, float16, float32, float64,
@@ -92,13 +94,17 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin, TensorSortin
 
     @property
     def shape(self) -> Size:
-        return Size(self._data.shape)
+        return Size(self._shape_tuple())
+
+    def _shape_tuple(self) -> tuple:
+        """The shape: a symbolic tensor's is its graph type's (dimensions may be ``Sym``)."""
+        return self._data.shape if self._symbol is None else self._symbol.type.shape
 
     def size(self, dim: int | None = None):
         if dim is None:
             return self.shape
         from ..ir.ops.shape_rules import normalize_dim
-        return self._data.shape[normalize_dim("size", dim, self.ndim)]
+        return self._shape_tuple()[normalize_dim("size", dim, self.ndim)]
 
     @property
     def dtype(self) -> DType:
@@ -112,7 +118,7 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin, TensorSortin
         return self._data.ndim
 
     def numel(self) -> int:
-        return int(self._data.size)
+        return int(self._data.size) if self._symbol is None else math.prod(self._shape_tuple())
 
     nelement = numel
 
@@ -303,12 +309,12 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin, TensorSortin
     def __len__(self):
         if self.ndim == 0:
             raise TypeError("len() of a 0-d tensor")
-        return self._data.shape[0]
+        return self._shape_tuple()[0]
 
     def __iter__(self):
         if self.ndim == 0:
             raise TypeError("iteration over a 0-d tensor")
-        return (self[i] for i in range(self._data.shape[0]))
+        return (self[i] for i in range(self._shape_tuple()[0]))
 
     __hash__ = object.__hash__
 

@@ -5,9 +5,12 @@ Every spelling resolves to the registry's few shape primitives with explicit att
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..ir.errors import DTypeError, IndexError_, ShapeError
+from ..ir.symbolic import Sym, as_size
 from ..ir.ops.shape_rules import fmt_shape, normalize_dim
 from . import trace_state
 from .dispatch import apply1
@@ -16,18 +19,22 @@ from .dispatch import apply1
 def _sizes(args) -> tuple:
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         args = tuple(args[0])
-    return tuple(int(a) for a in args)
+    return tuple(as_size(a) for a in args)
+
+
+def _is_minus_one(size) -> bool:
+    return not isinstance(size, Sym) and size == -1
 
 
 def infer_shape(op: str, shape, numel: int) -> tuple:
     """``shape`` with its one -1 resolved; ShapeError naming ``op`` unless it holds ``numel``
     elements."""
     shape = list(shape)
-    unknown = [i for i, s in enumerate(shape) if s == -1]
+    unknown = [i for i, s in enumerate(shape) if _is_minus_one(s)]
     if len(unknown) > 1:
         raise ShapeError(f"{op}: only one dimension can be inferred, got shape {fmt_shape(shape)}")
-    known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
-    if any(s < -1 for s in shape):
+    known = math.prod(s for s in shape if not _is_minus_one(s))
+    if any(not isinstance(s, Sym) and s < -1 for s in shape):
         raise ShapeError(f"{op}: invalid shape dimension in {fmt_shape(shape)}")
     if unknown and known and numel % known == 0:
         shape[unknown[0]] = numel // known

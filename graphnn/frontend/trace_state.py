@@ -27,6 +27,7 @@ import threading
 import numpy as np
 
 from ..ir.errors import GraphnnError
+from ..ir.symbolic import hinted
 from ..ir.types import TensorType
 from .autograd import VersionCounter
 from .scope import current_module_path
@@ -93,7 +94,7 @@ def _describe(frame) -> str | None:
 
 
 def placeholder(t: TensorType) -> np.ndarray:
-    return np.broadcast_to(np.zeros((), t.dtype.np), t.shape)
+    return np.broadcast_to(np.zeros((), t.dtype.np), hinted(t.shape))
 
 
 def symbolic(value):
@@ -247,6 +248,7 @@ def layout(t) -> np.ndarray:
 
 
 def _contiguous_layout(shape) -> np.ndarray:
+    shape = hinted(shape)  # a layout at the hints: which ops give views does not depend on sizes
     strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape)))
     return np.lib.stride_tricks.as_strided(_ANCHOR, tuple(shape), strides)
 
@@ -272,7 +274,10 @@ def view_layout(name: str, source, attrs: dict):
 
 def apply_view(name: str, src: np.ndarray, attrs: dict):
     """The layout view op ``name`` makes of the layout array ``src``, or None when it needs a
-    copy (a reshape the strides do not allow)."""
+    copy (a reshape the strides do not allow). Symbolic sizes in ``attrs`` are read at their
+    hints: with every size symbol at least 2, whether an op gives a view does not depend on
+    their values."""
+    attrs = {k: hinted(v) if isinstance(v, tuple) else v for k, v in attrs.items()}
     if name == "detach":
         return src
     if name == "slice":

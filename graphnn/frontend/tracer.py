@@ -38,6 +38,7 @@ import warnings
 from dataclasses import dataclass
 
 from ..ir.graph import Graph
+from ..ir.symbolic import current_env
 from ..ir.types import TensorType
 from ..ir.verifier import verify, verify_in_debug_mode
 from . import trace_state
@@ -165,8 +166,9 @@ def _symbolic_arguments(state: TraceState, forward, args, kwargs):
             while name in taken:
                 name += "_"
             taken.add(name)
-            t = trace_state.symbolic(state.graph.add_input(
-                name, TensorType(tuple(value.shape), value.dtype)))
+            env = current_env()  # compiling with symbolic sizes: the input's are symbols
+            shape = tuple(value.shape) if env is None else env.input_shape(value.shape)
+            t = trace_state.symbolic(state.graph.add_input(name, TensorType(shape, value.dtype)))
             state.state_names[id(t)] = f"input '{name}'"
             if value.requires_grad:
                 state.inputs_requiring_grad.append(name)

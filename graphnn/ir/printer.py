@@ -29,6 +29,7 @@ import re
 import numpy as np
 
 from .dtypes import DType
+from .symbolic import Sym
 
 ROOT_SCOPE = "<root>"
 _BARE_NAME = re.compile(r'[^\s,():=\[\]{}"%@]+')
@@ -55,6 +56,8 @@ def format_scalar(v) -> str:
         return "true" if v else "false"
     if isinstance(v, (int, np.integer)):
         return str(int(v))
+    if isinstance(v, Sym):
+        return str(v)
     if isinstance(v, (float, np.floating)):
         return format_float(float(v))
     if isinstance(v, str):

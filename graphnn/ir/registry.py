@@ -16,6 +16,7 @@ import numpy as np
 
 from .dtypes import DType, as_dtype
 from .errors import AttributeError_, GraphnnError
+from .symbolic import Sym, as_size
 from .types import TensorType
 
 
@@ -58,7 +59,8 @@ class NotDifferentiable:
 
 
 def _is_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+    """An int, a NumPy integer or a symbolic size (``symbolic.Sym``)."""
+    return isinstance(v, (int, np.integer, Sym)) and not isinstance(v, (bool, np.bool_))
 
 
 def _check_attr(op: str, name: str, spec: Attr, value):
@@ -74,7 +76,7 @@ def _check_attr(op: str, name: str, spec: Attr, value):
     if kind == "int":
         if not _is_int(value):
             fail("an int")
-        value = int(value)
+        value = as_size(value)
     elif kind == "float":
         if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
             fail("a number")
@@ -91,10 +93,10 @@ def _check_attr(op: str, name: str, spec: Attr, value):
             fail("a string")
     elif kind == "ints":
         if _is_int(value):
-            value = (int(value),)
+            value = (as_size(value),)
         if not isinstance(value, (tuple, list)) or not all(_is_int(v) for v in value):
             fail("a tuple of ints")
-        value = tuple(int(v) for v in value)
+        value = tuple(as_size(v) for v in value)
     elif kind == "dtype":
         if not isinstance(value, (DType, str, np.dtype, type)):  # as_dtype reads None as f64
             fail("a dtype")

@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass
 
 from .dtypes import DType
+from .symbolic import Sym
 
 INT64_MAX = 2 ** 63 - 1
 """The largest dimension and the largest element count a shape may have: sizes and flat
@@ -23,6 +24,8 @@ def shape_problem(shape) -> str | None:
         return f"a shape has at most {MAX_NDIM} dimensions, got {len(shape)}"
     count = 1
     for i, size in enumerate(shape):
+        if isinstance(size, Sym):  # at least symbolic.SMALLEST; its values are checked per call
+            continue
         if size < 0:
             return f"dimension {i} of shape {list(shape)} is negative"
         if size > INT64_MAX:

@@ -24,8 +24,17 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.ops.shape_rules import fmt_shape, normalize_dim
 from ..ir.printer import ROOT_SCOPE
 from ..ir.registry import OpGroup, get_op
+from ..ir.symbolic import hinted, symbolic_node
+from ..ir.types import TensorType
 
 MAX_EVALUATED_ELEMENTS = 1 << 24  # input-independent masks up to this size are inspected
+SIZE_UNIFORM = frozenset({"full", "tril", "triu", "logical_not", "where", "cast", "expand",
+                          "eq", "ne", "neg"})
+"""Ops whose result on filled and triangular operands has the same structure at every size."""
+
+
+def hinted_numel(t: TensorType) -> int:
+    return math.prod(hinted(t.shape))
 
 
 def where(node: Node) -> str:
@@ -55,15 +64,27 @@ class Constants:
         self.cache = {v.name: v.data for v in graph.consts}
 
     def array(self, value: Value):
-        """The value's data, or None when it depends on inputs or is too large to evaluate."""
-        if value.name not in self.known or value.type.numel > MAX_EVALUATED_ELEMENTS:
+        """The value's data, or None when it depends on inputs or is too large to evaluate.
+
+        A value whose shape or producer holds a symbolic size is evaluated at the sizes' hints
+        only when it is made by ``SIZE_UNIFORM`` ops alone (filled tensors, triangles and
+        elementwise maps of them): whether such a mask is causal does not depend on the
+        sizes. Any other symbolic value gives None."""
+        if value.name not in self.known or hinted_numel(value.type) > MAX_EVALUATED_ELEMENTS:
             return None
         if value.name not in self.cache:
             node = value.producer
+            symbolic = symbolic_node(node)
+            if symbolic and node.op not in SIZE_UNIFORM:
+                return None
             inputs = [self.array(v) for v in node.inputs]
             if any(a is None for a in inputs):
                 return None
-            results = get_op(node.op).run(inputs, node.attrs, [v.type for v in node.outputs])
+            attrs, types = node.attrs, [v.type for v in node.outputs]
+            if symbolic:
+                attrs = {k: hinted(a) if isinstance(a, tuple) else a for k, a in attrs.items()}
+                types = [TensorType(hinted(t.shape), t.dtype) for t in types]
+            results = get_op(node.op).run(inputs, attrs, types)
             self.cache.update({v.name: r for v, r in zip(node.outputs, results)})
         return self.cache[value.name]
 

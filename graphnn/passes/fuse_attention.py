@@ -15,6 +15,7 @@ from ..ir.dtypes import bool_
 from ..ir.errors import GraphnnError
 from ..ir.graph import Graph, flatten_structure
 from ..ir.ops.attention import NAME
+from ..ir.ops.shape_rules import broadcast_shapes
 from ..ir.registry import get_op
 from ..ir.rewrite import Rewriter
 from ..ir.types import TensorType
@@ -44,9 +45,9 @@ def _forward_live(graph: Graph) -> tuple[set, set]:
 def _is_causal(mask: Mask, consts: Constants, T: int, S: int) -> bool:
     """Whether an input-independent mask is exactly the causal (top-left tril) mask."""
     data = consts.array(mask.value)
-    if data is None or data.ndim < 2 or data.shape[-2:] != (T, S):
+    if data is None or data.ndim < 2 or mask.value.type.shape[-2:] != (T, S):
         return False
-    tri = np.tril(np.ones((T, S), np.bool_))
+    tri = np.tril(np.ones(data.shape[-2:], np.bool_))  # at the sizes' hints (Constants.array)
     want = {"keep": tri, "drop": ~tri, "add": np.where(tri, 0.0, -np.inf)}[mask.kind]
     return bool(np.all(data == want))
 
@@ -54,7 +55,7 @@ def _is_causal(mask: Mask, consts: Constants, T: int, S: int) -> bool:
 def _mask_type(masks: list, dtype) -> TensorType | None:
     if not masks:
         return None
-    shape = tuple(np.broadcast_shapes(*[x.value.type.shape for x in masks]))
+    shape = broadcast_shapes(NAME, [x.value.type.shape for x in masks])
     return TensorType(shape, bool_ if all(x.kind != "add" for x in masks) else dtype)
 
 

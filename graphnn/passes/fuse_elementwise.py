@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import networkx as nx
-import numpy as np
 
 from ..ir.graph import Graph, Node
-from ..ir.ops.shape_rules import fmt_shape, normalize_dims
+from ..ir.errors import ShapeError
+from ..ir.ops.shape_rules import broadcast_shapes, fmt_shape, normalize_dims
 from ..ir.printer import ROOT_SCOPE
 from ..ir.registry import OpGroup, get_op
 from ..ir.rewrite import Rewriter
@@ -48,8 +48,8 @@ def lines_up_with_broadcasting(pivot: Node) -> bool:
 
 def _fits(shape, target) -> bool:
     try:
-        return tuple(np.broadcast_shapes(shape, target)) == tuple(target)
-    except ValueError:
+        return broadcast_shapes("fuse_elementwise", [shape, target]) == tuple(target)
+    except ShapeError:
         return False
 
 

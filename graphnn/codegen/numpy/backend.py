@@ -35,6 +35,7 @@ from graphnn.ir.dtypes import DType
 from graphnn.ir.schedule import Schedule
 
 from .common import is_uniform
+from ...ir.symbolic import Sym
 from .lowerings import Lowered, lowering_for
 from .memory import Placement
 from ..source_text import comment_text, identifier_base
@@ -63,6 +64,8 @@ def literal(value) -> str:
         return repr(bool(value))
     if isinstance(value, (int, np.integer)):
         return repr(int(value))
+    if isinstance(value, Sym):  # its symbols are the kernel module's size globals
+        return value.source()
     if isinstance(value, (float, np.floating)):
         value = float(value)
         if math.isnan(value):

@@ -1,0 +1,446 @@
+"""Symbolic sizes: a dimension of a tensor type may be a ``Sym``, an integer polynomial in named
+size symbols (``s0``, ``2*s0*s1+4``) that carries its value in the call being compiled (its
+*hint*).
+
+Shape rules, passes and code generators compute with Syms through Python's operators. Every
+decision that depends on a symbol's value (a comparison, ``bool``, ``int``/``__index__``) is
+taken on the hints and recorded as a *guard* in the active ``ShapeEnv``, unless it holds for
+every value the symbols may take (each symbol is at least 2, as sizes 0 and 1 specialise in
+PyTorch): a compiled artifact is then valid exactly for the sizes that satisfy its guards, so a
+code path that needs a concrete number (``int(s0)``) is correct, only less general (the guard
+``s0 == 13`` specialises it). ``Sym`` never appears outside compilation: eager tensors have
+integer shapes.
+"""
+from __future__ import annotations
+
+import contextvars
+import operator
+from dataclasses import dataclass, field
+
+SMALLEST = 2
+"""The least value a size symbol takes (0 and 1 are specialised: broadcasting treats 1 apart)."""
+
+_RELATIONS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+              ">": operator.gt, ">=": operator.ge}
+
+
+def _mul_monomials(a: tuple, b: tuple) -> tuple:
+    return tuple(sorted(a + b))
+
+
+def _poly_mul(p: dict, q: dict) -> dict:
+    out: dict = {}
+    for ma, ca in p.items():
+        for mb, cb in q.items():
+            m = _mul_monomials(ma, mb)
+            out[m] = out.get(m, 0) + ca * cb
+    return {m: c for m, c in out.items() if c}
+
+
+def _poly_add(p: dict, q: dict, sign: int = 1) -> dict:
+    out = dict(p)
+    for m, c in q.items():
+        out[m] = out.get(m, 0) + sign * c
+    return {m: c for m, c in out.items() if c}
+
+
+def _shifted(poly: dict) -> dict:
+    """``poly`` with every symbol s replaced by ``SMALLEST + u`` (u >= 0), in the u's."""
+    out: dict = {}
+    for monomial, coef in poly.items():
+        term = {(): coef}
+        for name in monomial:
+            term = _poly_mul(term, {(): SMALLEST, (name,): 1})
+        out = _poly_add(out, term)
+    return out
+
+
+def _sign_everywhere(poly: dict):
+    """+1 (> 0), -1 (< 0), or 0 (== 0) when that holds for every symbol value >= SMALLEST; ">=0"
+    or "<=0" when only the weak form is sure; None when the sign depends on the values."""
+    if not poly:
+        return 0
+    shifted = _shifted(poly)
+    coefs = list(shifted.values())
+    constant = shifted.get((), 0)
+    if all(c >= 0 for c in coefs):
+        return 1 if constant > 0 else ">=0"
+    if all(c <= 0 for c in coefs):
+        return -1 if constant < 0 else "<=0"
+    return None
+
+
+def _static_relation(poly: dict, relation: str):
+    """True/False when ``poly <relation> 0`` is decided for every symbol value, else None."""
+    sign = _sign_everywhere(poly)
+    if sign is None:
+        return None
+    if sign in (1, -1, 0):
+        return _RELATIONS[relation](sign, 0)
+    weak = {">=0": {">=": True, "<": False}, "<=0": {"<=": True, ">": False}}[sign]
+    return weak.get(relation)
+
+
+def _evaluate(poly: dict, values: dict) -> int:
+    total = 0
+    for monomial, coef in poly.items():
+        term = coef
+        for name in monomial:
+            term *= values[name]
+        total += term
+    return total
+
+
+def _render(poly: dict) -> str:
+    if not poly:
+        return "0"
+    parts = []
+    for monomial, coef in sorted(poly.items(), key=lambda mc: (-len(mc[0]), mc[0])):
+        body = "*".join(monomial)
+        if not body:
+            text = str(abs(coef))
+        elif abs(coef) == 1:
+            text = body
+        else:
+            text = f"{abs(coef)}*{body}"
+        parts.append(("-" if coef < 0 else "+", text))
+    first_sign, first = parts[0]
+    out = ("-" if first_sign == "-" else "") + first
+    for sign, text in parts[1:]:
+        out += f"{sign}{text}"
+    return out
+
+
+@dataclass(frozen=True)
+class Guard:
+    """``expression <relation> 0`` must hold for the artifact to be valid (``expression`` is a
+    polynomial ``{monomial: coefficient}``, rendered in ``text``)."""
+
+    poly: tuple  # sorted (monomial, coefficient) pairs
+    relation: str
+
+    @property
+    def text(self) -> str:
+        return f"{_render(dict(self.poly))} {self.relation} 0"
+
+    def holds(self, values: dict) -> bool:
+        return _RELATIONS[self.relation](_evaluate(dict(self.poly), values), 0)
+
+
+@dataclass
+class ShapeEnv:
+    """The size symbols of one compilation (name -> hint) and the guards recorded on them."""
+
+    hints: dict = field(default_factory=dict)
+    guards: list = field(default_factory=list)
+    by_value: dict = field(default_factory=dict)  # size -> its input symbol (input_shape)
+    fixed: dict = field(default_factory=dict)  # symbol -> the value an equality guard gave it
+
+    def symbol(self, name: str, hint: int) -> "Sym":
+        if hint < SMALLEST:
+            raise ValueError(f"size symbol {name} needs a value >= {SMALLEST}, got {hint}")
+        self.hints[name] = hint
+        return Sym({(name,): 1}, hint)
+
+    def input_shape(self, shape) -> tuple:
+        """A traced input's shape with every dimension of at least SMALLEST made a symbol: one
+        symbol per distinct size, ``s0``, ``s1``... in order of appearance (equal sizes share
+        one, as the signature's pattern assumes: ``guards.with_symbolic_sizes``)."""
+        out = []
+        for size in shape:
+            if size < SMALLEST:
+                out.append(size)
+                continue
+            sym = self.by_value.get(size)
+            if sym is None:
+                sym = self.by_value[size] = self.symbol(f"s{len(self.by_value)}", size)
+            out.append(sym)
+        return tuple(out)
+
+    def record(self, poly: dict, relation: str) -> None:
+        """Add the guard ``poly <relation> 0``; an equality that fixes one symbol
+        (``s2 - 32 == 0``) also fixes it for later decisions (``fixed``)."""
+        guard = Guard(tuple(sorted(poly.items())), relation)
+        if guard not in self.guards:
+            self.guards.append(guard)
+        if relation == "==" and len(poly) <= 2 and all(len(m) <= 1 for m in poly):
+            linear = [(m[0], c) for m, c in poly.items() if m]
+            if len(linear) == 1:
+                name, coef = linear[0]
+                value, remainder = divmod(-poly.get((), 0), coef)
+                if not remainder:
+                    self.fixed[name] = value
+
+    def check(self, values: dict) -> str | None:
+        """None when the symbol ``values`` are all at least SMALLEST and satisfy every guard,
+        else the first condition that fails, as text."""
+        for name, value in values.items():
+            if value < SMALLEST:
+                return f"{name} >= {SMALLEST}"
+        for guard in self.guards:
+            if not guard.holds(values):
+                return guard.text
+        return None
+
+
+_ACTIVE: contextvars.ContextVar = contextvars.ContextVar("graphnn_shape_env", default=None)
+
+
+def current_env():
+    """The ShapeEnv of the compilation under way (None outside ``active_env``)."""
+    return _ACTIVE.get()
+
+
+class active_env:
+    """``with active_env(env):`` makes ``env`` record the guards of the decisions taken inside."""
+
+    def __init__(self, env: ShapeEnv):
+        self.env = env
+
+    def __enter__(self):
+        self._token = _ACTIVE.set(self.env)
+        return self.env
+
+    def __exit__(self, *exc):
+        _ACTIVE.reset(self._token)
+
+
+def _substituted(poly: dict, fixed: dict) -> dict:
+    """``poly`` with the symbols in ``fixed`` (name -> value) replaced by their values."""
+    if not fixed:
+        return poly
+    out: dict = {}
+    for monomial, coef in poly.items():
+        rest = []
+        for name in monomial:
+            if name in fixed:
+                coef *= fixed[name]
+            else:
+                rest.append(name)
+        out[tuple(rest)] = out.get(tuple(rest), 0) + coef
+    return {m: c for m, c in out.items() if c}
+
+
+def _decide(poly: dict, relation: str, hint_value: int) -> bool:
+    """``poly <relation> 0``: decided for every size when it can be (with the symbols a guard
+    has fixed replaced by their values), else on the hints and recorded as a guard."""
+    env = _ACTIVE.get()
+    if env is not None:
+        poly = _substituted(poly, env.fixed)
+    static = _static_relation(poly, relation)
+    if static is not None:
+        return static
+    result = _RELATIONS[relation](hint_value, 0)
+    if env is not None:
+        env.record(poly, relation if result else _NEGATION[relation])
+    return result
+
+
+_NEGATION = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+
+
+def _as_poly(value):
+    """(poly, hint) of an int or Sym; None for anything else."""
+    if isinstance(value, Sym):
+        return value._poly, value.hint
+    if isinstance(value, int) and not isinstance(value, bool) or isinstance(value, bool):
+        return ({(): int(value)} if value else {}), int(value)
+    index = getattr(value, "__index__", None)
+    if index is not None and not isinstance(value, float):
+        v = index()
+        return ({(): v} if v else {}), v
+    return None
+
+
+def _make(poly: dict, hint: int):
+    """An int when ``poly`` is constant, else a Sym."""
+    if not poly:
+        return 0
+    if len(poly) == 1 and () in poly:
+        return poly[()]
+    return Sym(poly, hint)
+
+
+class Sym:
+    """An integer polynomial in size symbols with its value in the call being compiled (see
+    the module docstring). Immutable; arithmetic with ints and Syms gives Syms (or ints when
+    the symbols cancel)."""
+
+    __slots__ = ("_poly", "hint")
+
+    def __init__(self, poly: dict, hint: int):
+        self._poly = poly
+        self.hint = hint
+
+    # ---- arithmetic ----------------------------------------------------------------------------
+    def _binary(self, other, combine, hint_op):
+        p = _as_poly(other)
+        if p is None:
+            return NotImplemented
+        return _make(combine(self._poly, p[0]), hint_op(self.hint, p[1]))
+
+    def __add__(self, other):
+        return self._binary(other, _poly_add, operator.add)
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return self._binary(other, lambda a, b: _poly_add(a, b, -1), operator.sub)
+
+    def __rsub__(self, other):
+        return self._binary(other, lambda a, b: _poly_add(b, a, -1), lambda a, b: b - a)
+
+    def __mul__(self, other):
+        return self._binary(other, _poly_mul, operator.mul)
+
+    __rmul__ = __mul__
+
+    def __neg__(self):
+        return _make({m: -c for m, c in self._poly.items()}, -self.hint)
+
+    def __pos__(self):
+        return self
+
+    def _exact_quotient(self, other):
+        """``self / other`` as a polynomial when ``other`` is a positive int or a single term
+        (``4*s0``) dividing every term of ``self`` exactly, else None."""
+        if isinstance(other, int) and not isinstance(other, bool):
+            monomial, coef = (), other
+        elif isinstance(other, Sym) and len(other._poly) == 1:
+            (monomial, coef), = other._poly.items()
+        else:
+            return None
+        if coef <= 0:
+            return None
+        out = {}
+        for m, c in self._poly.items():
+            rest = list(m)
+            for name in monomial:
+                if name not in rest:
+                    return None
+                rest.remove(name)
+            if c % coef:
+                return None
+            out[tuple(rest)] = c // coef
+        return out
+
+    def __floordiv__(self, other):
+        quotient = self._exact_quotient(other)
+        if quotient is not None:
+            return _make(quotient, self.hint // int(getattr(other, "hint", other)))
+        return int(self) // (int(other) if isinstance(other, Sym) else other)
+
+    def __rfloordiv__(self, other):
+        return other // int(self)
+
+    def __mod__(self, other):
+        if self._exact_quotient(other) is not None:
+            return 0
+        return int(self) % (int(other) if isinstance(other, Sym) else other)
+
+    def __rmod__(self, other):
+        if isinstance(other, int) and other == 0:
+            return 0
+        return other % int(self)
+
+    def __truediv__(self, other):
+        return float(self) / other
+
+    def __rtruediv__(self, other):
+        return other / float(self)
+
+    # ---- decisions: taken on the hint, recorded as guards --------------------------------------
+    def _compare(self, other, relation):
+        p = _as_poly(other)
+        if p is None:
+            return NotImplemented
+        return _decide(_poly_add(self._poly, p[0], -1), relation, self.hint - p[1])
+
+    def __eq__(self, other):
+        return self._compare(other, "==")
+
+    def __ne__(self, other):
+        return self._compare(other, "!=")
+
+    def __lt__(self, other):
+        return self._compare(other, "<")
+
+    def __le__(self, other):
+        return self._compare(other, "<=")
+
+    def __gt__(self, other):
+        return self._compare(other, ">")
+
+    def __ge__(self, other):
+        return self._compare(other, ">=")
+
+    def __bool__(self):
+        return self != 0
+
+    def __index__(self):
+        """The hint, with a guard that the size is exactly that (specialisation)."""
+        _decide(_poly_add(self._poly, {(): self.hint}, -1), "==", 0)
+        return self.hint
+
+    __int__ = __index__
+
+    def __float__(self):
+        return float(int(self))
+
+    def __hash__(self):
+        return hash(tuple(sorted(self._poly.items())))
+
+    # ---- reading ---------------------------------------------------------------------------------
+    @property
+    def symbols(self) -> set:
+        return {name for monomial in self._poly for name in monomial}
+
+    def evaluate(self, values: dict) -> int:
+        return _evaluate(self._poly, values)
+
+    def same(self, other) -> bool:
+        """Structural identity (no guard): the same polynomial."""
+        return isinstance(other, Sym) and other._poly == self._poly
+
+    def __str__(self):
+        return _render(self._poly)
+
+    def source(self) -> str:
+        """A Python expression for the size, in its symbols' names (parenthesised when it is a
+        sum)."""
+        text = _render(self._poly)
+        return f"({text})" if "+" in text or "-" in text else text
+
+    __repr__ = __str__
+
+    def __format__(self, spec):
+        return format(str(self), spec)
+
+
+def is_symbolic(shape) -> bool:
+    """Whether a shape (tuple) has a symbolic dimension."""
+    return any(isinstance(d, Sym) for d in shape)
+
+
+def hinted(shape) -> tuple:
+    """The shape with every Sym replaced by its hint (no guard): for placeholders and sizes of
+    example data only, never for decisions."""
+    return tuple(d.hint if isinstance(d, Sym) else d for d in shape)
+
+
+def as_size(value):
+    """``value`` (an int-like or a Sym) as a size: a Sym stays symbolic, anything else is
+    ``int(value)``."""
+    return value if isinstance(value, Sym) else int(value)
+
+
+def _holds_sym(value) -> bool:
+    if isinstance(value, Sym):
+        return True
+    return isinstance(value, (tuple, list)) and any(_holds_sym(v) for v in value)
+
+
+def symbolic_node(node) -> bool:
+    """Whether a graph node's output shapes or attributes hold a symbolic size."""
+    return any(is_symbolic(v.type.shape) for v in node.outputs) or \
+        any(_holds_sym(a) for a in node.attrs.values())

@@ -1,0 +1,168 @@
+"""A compiled artifact with symbolic sizes (``compile(..., dynamic=True)``).
+
+The stage's graph has tensor types whose dimensions may be ``ir.symbolic.Sym`` (``f32[s0,s1,32]``),
+and its kernel source, generated once, names the size symbols as module globals
+(``reshape((s0*s1, 32))``, ``_BUFFERS = (((s0, s1, 32), 'float32'), ...)``). A call binds the
+symbols from its inputs' shapes (each symbol is some input dimension of its own), checks every
+input against its symbolic shape and the compilation's guards, and runs the source loaded with
+the symbols bound (``s0 = 5`` lines before it): no tracing, pass or code generation runs for new
+sizes. Loaded kernels and scratch buffers are kept for the ``KEPT_SIZES`` bindings used last.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from ..ir import debug_mode
+from ..ir.symbolic import Sym
+from ..ir.types import TensorType
+from . import cache, debug
+from .artifact import schedule_of
+from .guards import GuardError
+
+KERNEL_ID = "symbolic"  # each binding has its own buffers dict, so one fixed id serves them all
+KEPT_SIZES = 8  # kernels and scratch buffers kept per artifact (least recently used dropped)
+
+
+def _shape_text(shape) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def evaluate(size, values: dict) -> int:
+    """A dimension (an int or a Sym) at the symbol ``values``."""
+    return size.evaluate(values) if isinstance(size, Sym) else size
+
+
+class UnboundSymbol(ValueError):
+    """A size symbol of the kernel is no input dimension of its own (it cannot be read off a
+    call)."""
+
+
+class SymbolicArtifact:
+    """One stage's kernel for every binding of its size symbols that satisfies ``guards``
+    (an ``ir.symbolic.ShapeEnv``'s; see the module docstring). Same interface as
+    ``CompiledArtifact``: ``check``, ``launch``, ``run``, ``source``, ``graph``."""
+
+    def __init__(self, graph, backend, env, plan=None, options: str = "", name: str = "",
+                 schedule=None):
+        self.graph = graph
+        self.name = name or graph.name
+        self.env = env
+        self.plan = plan
+        self.schedule = schedule_of(graph, plan, schedule)
+        self.input_types = [v.type for v in graph.inputs]
+        self.param_names = [v.name for v in graph.params]
+        self.output_types = [(v.name, v.type) for v in graph.output_values()]
+        self.source = cache.get_source(self.schedule, backend, plan, options, KERNEL_ID)
+        self._readers = self._symbol_readers()
+        self._backend = backend
+        self._kernels = OrderedDict()  # binding (tuple of items) -> kernel
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self.calls = 0
+
+    def _symbol_readers(self) -> dict:
+        """symbol name -> (input, dim) whose size is that symbol; UnboundSymbol when a symbol
+        the graph uses is no input dimension of its own."""
+        readers = {}
+        for i, t in enumerate(self.input_types):
+            for d, size in enumerate(t.shape):
+                if isinstance(size, Sym) and len(size.symbols) == 1 and \
+                        str(size) in size.symbols:
+                    readers.setdefault(str(size), (i, d))
+        used = set()
+        for v in list(self.graph.inputs) + [v for n in self.graph.nodes for v in n.outputs]:
+            for size in v.type.shape:
+                if isinstance(size, Sym):
+                    used |= size.symbols
+        missing = sorted(used - set(readers))
+        if missing:
+            raise UnboundSymbol(f"compiled {self.name}: size symbol(s) {', '.join(missing)} are "
+                                f"no input dimension of their own")
+        return readers
+
+    def bind(self, arrays) -> dict:
+        """The symbol values the host (or device) ``arrays`` carry; GuardError naming the input
+        when one does not fit its symbolic shape, or naming the guard that fails."""
+        where = f"compiled {self.name}"
+        if len(arrays) != len(self.input_types):
+            raise GuardError(f"{where}: expected {len(self.input_types)} tensor inputs, got "
+                             f"{len(arrays)}")
+        values = {name: int(arrays[i].shape[d]) if len(arrays[i].shape) > d else -1
+                  for name, (i, d) in self._readers.items()}
+        for i, (t, a) in enumerate(zip(self.input_types, arrays)):
+            shape = tuple(getattr(a, "shape", ()))
+            want = tuple(evaluate(s, values) for s in t.shape)
+            if shape != want:
+                raise GuardError(f"{where}: input {i} expected shape {_shape_text(t.shape)} "
+                                 f"({_shape_text(want)} with "
+                                 f"{', '.join(f'{k}={v}' for k, v in sorted(values.items()))}), "
+                                 f"got {_shape_text(shape)}")
+        failed = self.guard_failure(values)
+        if failed is not None:
+            raise GuardError(f"{where}: the sizes {values} break the guard {failed}")
+        return values
+
+    def guard_failure(self, values: dict):
+        """None when ``values`` satisfy every guard, else the first failing guard's text."""
+        return self.env.check(values)
+
+    def check(self, arrays) -> None:
+        """Raise GuardError unless the host ``arrays`` fit (``bind``)."""
+        self.bind(arrays)
+
+    def kernel_for(self, values: dict):
+        """The loaded kernel for a binding (the source loaded with it on first use)."""
+        key = tuple(sorted(values.items()))
+        with self._lock:
+            kernel = self._kernels.get(key)
+            if kernel is not None:
+                self._kernels.move_to_end(key)
+                return kernel
+        bindings = "".join(f"{name} = {int(value)!r}\n" for name, value in key)
+        kernel = cache.kernel_from_source(bindings + self.source, self._backend)
+        with self._lock:
+            self._kernels[key] = kernel
+            while len(self._kernels) > KEPT_SIZES:
+                self._kernels.popitem(last=False)
+        return kernel
+
+    def _buffers(self, key) -> dict:
+        by_size = getattr(self._local, "by_size", None)
+        if by_size is None:
+            by_size = self._local.by_size = OrderedDict()
+        buffers = by_size.get(key)
+        if buffers is None:
+            buffers = by_size[key] = {}
+            while len(by_size) > KEPT_SIZES:
+                by_size.popitem(last=False)
+        else:
+            by_size.move_to_end(key)
+        return buffers
+
+    def launch(self, arrays, params: dict, to_host=None):
+        """The kernel's outputs for checked inputs (arrays of the backend's device), at the
+        sizes they carry."""
+        values = {name: int(arrays[i].shape[d]) for name, (i, d) in self._readers.items()}
+        kernel = self.kernel_for(values)
+        self.calls += 1
+        results = kernel(list(arrays), params, self._buffers(tuple(sorted(values.items()))))
+        if debug_mode.ENABLED:
+            debug.check_outputs(f"compiled {self.name} (graph {self.graph.name}, {values})",
+                                self.output_types_at(values),
+                                to_host(results) if to_host else results)
+        return results
+
+    def run(self, arrays, params: dict):
+        """``check`` and ``launch`` for host arrays."""
+        self.check(arrays)
+        return self.launch(arrays, params)
+
+    def output_types_at(self, values: dict) -> list:
+        """(name, TensorType) of each output value at the symbol ``values``."""
+        return [(name, TensorType(tuple(evaluate(s, values) for s in t.shape), t.dtype))
+                for name, t in self.output_types]
+
+    def __repr__(self):
+        return (f"<SymbolicArtifact {self.name}: {len(self.input_types)} inputs, sizes "
+                f"{', '.join(sorted(self._readers))}>")

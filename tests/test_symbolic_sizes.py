@@ -1,0 +1,104 @@
+"""Symbolic sizes (graphnn/ir/symbolic.py): arithmetic, decisions and guards, and a traced
+graph compiled once with symbolic batch and sequence sizes, run at other sizes against eager
+PyTorch-checked layers."""
+import numpy as np
+import pytest
+
+import graphnn
+from graphnn import nn
+from graphnn.compiler.stages import build
+from graphnn.ir import symbolic as S
+from graphnn.runtime.backends import get_backend
+from graphnn.runtime.guards import GuardError
+from graphnn.runtime.symbolic_artifact import SymbolicArtifact
+
+
+def _env_with(**hints):
+    env = S.ShapeEnv()
+    return env, [env.symbol(name, hint) for name, hint in hints.items()]
+
+
+def test_arithmetic_keeps_polynomials_and_hints():
+    env, (b, t) = _env_with(B=4, T=10)
+    n = b * t * 32
+    assert str(n) == "32*B*T" and n.hint == 1280
+    assert (n // 32).same(b * t) and (n // b).same(t * 32)
+    assert n % 32 == 0 and n % b == 0
+    assert (b + 3 - b) == 3 and isinstance(b + 3 - b, int)
+    assert str(2 * b - t + 1) == "2*B-T+1" and (2 * b - t + 1).hint == -1
+    assert (b * t).evaluate({"B": 3, "T": 7}) == 21
+    assert env.guards == []
+
+
+def test_decisions_true_for_every_size_record_no_guard():
+    env, (b, t) = _env_with(B=4, T=10)
+    with S.active_env(env):
+        assert b >= 2 and b * t >= b and b + 1 != b and not (b < 0) and 4 * b > b + 1
+        assert b * t * 64 <= b * t * 128 and (b == b)
+    assert env.guards == []
+
+
+def test_decisions_on_hints_are_guarded():
+    env, (b, t) = _env_with(B=4, T=10)
+    with S.active_env(env):
+        assert t > b  # depends on the sizes: decided on the hints
+        assert b != 7
+    texts = [g.text for g in env.guards]
+    assert texts == ["-B+T > 0", "B-7 != 0"]
+    assert env.check({"B": 4, "T": 10}) is None
+    assert env.check({"B": 9, "T": 5}) == "-B+T > 0"
+    assert env.check({"B": 7, "T": 8}) == "B-7 != 0"
+    assert env.check({"B": 1, "T": 8}) == "B >= 2"
+
+
+def test_int_specialises_and_fixes_the_symbol():
+    env, (b, t) = _env_with(B=4, T=10)
+    with S.active_env(env):
+        assert int(t) == 10
+        assert t * b == b * 10  # T is fixed by the guard: decided without a new one
+    assert [g.text for g in env.guards] == ["T-10 == 0"]
+    assert env.check({"B": 3, "T": 11}) == "T-10 == 0"
+
+
+def test_input_shapes_share_one_symbol_per_size():
+    env = S.ShapeEnv()
+    x, y, z = env.input_shape((16, 8, 1)), env.input_shape((16,)), env.input_shape((8, 0))
+    assert str(x[0]) == str(y[0]) == "s0" and str(x[1]) == str(z[0]) == "s1"
+    assert x[2] == 1 and z[1] == 0
+
+
+@pytest.fixture(scope="module")
+def block_artifact():
+    graphnn.manual_seed(0)
+    block = nn.TransformerBlock(32, 4, causal=True)
+    env = S.ShapeEnv()
+    with S.active_env(env):
+        graph = graphnn.trace(block, graphnn.randn(4, 10, 32))
+        stage = build(graph, "inference").stages["inference"]
+        artifact = SymbolicArtifact(stage.graph, get_backend("numpy"), env, stage.plan,
+                                    name="block", schedule=stage.schedule)
+    return block, graph, artifact
+
+
+def test_traced_graph_has_symbolic_batch_and_sequence(block_artifact):
+    _, graph, artifact = block_artifact
+    assert str(graph.inputs[0].type) == "f32[s0,s1,s2]"
+    assert "s0*s1" in artifact.source and "s0 =" not in artifact.source
+    assert "f32[s0,s1,32]" in str(artifact.graph) or "f32[s0,s1,s2]" in str(artifact.graph)
+
+
+@pytest.mark.parametrize("batch,length", [(4, 10), (3, 7), (2, 20), (5, 3)])
+def test_one_kernel_serves_every_size(block_artifact, batch, length):
+    block, _, artifact = block_artifact
+    params = {k: v._data for k, v in block.state_dict().items()}
+    x = graphnn.randn(batch, length, 32)
+    out = artifact.run([x._data], params)
+    np.testing.assert_allclose(out, block(x)._data, rtol=1e-5, atol=1e-5)
+
+
+def test_sizes_that_break_a_guard_are_refused(block_artifact):
+    _, _, artifact = block_artifact
+    with pytest.raises(GuardError, match="s2"):
+        artifact.check([np.zeros((4, 10, 16), np.float32)])
+    with pytest.raises(GuardError, match="s1 >= 2"):
+        artifact.check([np.zeros((4, 1, 32), np.float32)])
