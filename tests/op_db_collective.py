@@ -22,7 +22,7 @@ def _all_reduce_samples(m):
                 Sample([m(0, 3)], {"reduce": op}, desc="empty")]
     if m.kind == "f":
         out.append(Sample([np.array([np.nan, np.inf, -np.inf, -0.0], m.dtype)], {},
-                          desc="nan, inf, -0"))
+                          desc="nan, inf, -0", fd=False))
     return out
 
 

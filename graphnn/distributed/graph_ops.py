@@ -10,11 +10,14 @@ for the default group, then 1, 2, ... in the order groups first reach a compiled
 process).
 
 ``all_reduce_node(tensor, op, group)`` and ``broadcast_node(tensor, src, group)`` apply the ops
-to a tensor: while a trace runs they record the node, eagerly they run the collective (a new
-tensor, not differentiated).
+to a tensor: while a trace runs they record the node (also for a concrete tensor, which a trace
+would otherwise compute on at trace time: a collective must run at every call, on every
+rank), eagerly they run the collective (a new tensor; ``all_reduce`` is differentiated by its
+gradient rule, an all-reduce of the incoming gradient).
 """
 from __future__ import annotations
 
+from ..frontend import trace_state
 from ..frontend.dispatch import apply_op
 from ..ir.ops import collective
 from ..ir.torch_arrays import from_torch, to_torch
@@ -75,16 +78,23 @@ def uninstall() -> None:
         del _GROUPS[key]
 
 
+def _apply(name: str, tensor, attrs: dict):
+    """Registry op ``name`` on ``tensor``, recorded as a node whenever a trace runs."""
+    state = trace_state.active()
+    if state is not None and state.symbol(tensor) is None:
+        tensor = trace_state.symbolic(state.value(tensor))
+    return apply_op(name, [tensor], attrs)[0]
+
+
 def all_reduce_node(tensor, op=ReduceOp.AVG, group=None):
     """The registry op ``all_reduce`` of ``tensor`` (SUM or AVG) over ``group``: a graph node
     while a trace runs, the collective itself eagerly; a new tensor either way."""
     if op not in (ReduceOp.SUM, ReduceOp.AVG):
         raise ValueError(f"all_reduce_node: SUM or AVG, got {op}")
-    return apply_op("all_reduce", [tensor], {"reduce": op.value.lower(),
-                                             "group": group_id(group)})[0]
+    return _apply("all_reduce", tensor, {"reduce": op.value.lower(), "group": group_id(group)})
 
 
 def broadcast_node(tensor, src: int = 0, group=None):
     """The registry op ``broadcast`` of ``tensor`` from rank ``src`` over ``group``: a graph
     node while a trace runs, the collective itself eagerly; a new tensor either way."""
-    return apply_op("broadcast", [tensor], {"src": src, "group": group_id(group)})[0]
+    return _apply("broadcast", tensor, {"src": src, "group": group_id(group)})

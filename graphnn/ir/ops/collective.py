@@ -17,8 +17,15 @@ destroyed. ``group`` is a small integer naming the process group (0: the default
 installed implementation resolves. Every rank must run the same nodes in the same order (the
 same graph on every rank does), as for eager collectives.
 
-Not differentiable: the node reduces gradients after autodiff has computed them (the eager
-differentiable all-reduce is ``graphnn.distributed.functional.all_reduce``).
+``all_reduce`` is differentiable: each rank's loss depends on every rank's ``x`` through it,
+and the gradient of the sum of the ranks' losses with respect to this rank's ``x`` is the
+same reduction of the incoming gradients (sum for ``"sum"``, mean for ``"avg"``), so its
+gradient rule is an ``all_reduce`` of ``g`` with the same attributes. ``SyncBatchNorm``
+(``graphnn.nn``) relies on it: autodiff of its traced statistics gives PyTorch's backward,
+which all-reduces the sums of the gradients. Every rank must differentiate the same graph, so
+the backward's collectives run in the same order everywhere. A data-parallel step's gradient
+buckets are reduced after autodiff, in the update part. ``broadcast`` is not differentiable
+(it copies buffers).
 """
 from __future__ import annotations
 
@@ -53,14 +60,17 @@ def _implementation(name):
     return run
 
 
+def _grad_all_reduce(b, ctx, g):
+    return [b.all_reduce(g, reduce=ctx.attrs["reduce"], group=ctx.attrs["group"])]
+
+
 def _same_type(types, **attrs):
     return types[0]
 
 
 register(OpDef(name="all_reduce", group=OpGroup.COLLECTIVE, infer=_infer,
                impl=_implementation("all_reduce"),
-               grad=NotDifferentiable("all_reduce: a collective over processes; compiled "
-                                      "steps apply it to gradients after autodiff"),
+               grad=_grad_all_reduce,
                attrs={"reduce": Attr("str", "avg", ("avg", "sum")), "group": Attr("int", 0)},
                saves_inputs=(),
                doc="the sum or mean of x over the processes of a group (identity for one "

@@ -1,20 +1,27 @@
 """``SyncBatchNorm``: batch normalisation whose batch statistics span every rank.
 
 In training, with a process group of more than one rank, each channel's mean and biased
-variance are those of the whole global batch: the per-rank sums (and counts, so ranks may hold
-different batch sizes) are added over the ranks with the differentiable all-reduce of
-``graphnn.distributed.functional``, then the squared deviations from the global mean the same
-way. The backward runs through those all-reduces, so gradients equal one process's on the
-whole batch (with DDP's averaging). The running statistics are updated with the global ones
-(unbiased variance over the global count), identically on every rank. Evaluation, or training
-without a process group (or with one rank), is ``BatchNorm2d``'s computation over ``(N, C, *)``.
+variance are those of the whole global batch. Each rank computes its per-channel sums of ``x``
+and of ``x * x`` and its element count per channel (so ranks may hold different batch sizes);
+ONE ``all_reduce`` (SUM) of the three concatenated gives the global sums, from which
+``mean = sum / count`` and ``var = sum_sq / count - mean ** 2`` (clamped at 0 against
+rounding). The all-reduce is the registry op (``graphnn.distributed.graph_ops``), so the same
+code runs eagerly and inside a compiled training step (an ``all_reduce`` node of the step
+graph), and its gradient rule (an all-reduce SUM of the incoming gradient) makes autodiff give
+PyTorch's backward, which all-reduces the sums of the output gradient and of its product with
+``x - mean``: one more all-reduce, in the backward. With DDP's averaging, gradients equal one
+process's on the whole batch. The running statistics are updated with the global ones
+(unbiased variance over the global count), identically on every rank, as buffers the step
+writes. Evaluation, or training without a process group (or with one rank), is
+``BatchNorm2d``'s computation over ``(N, C, *)``, with no collective.
 
 ``SyncBatchNorm.convert_sync_batchnorm(module)`` replaces every ``BatchNorm1d``/``BatchNorm2d``
 inside ``module`` by a ``SyncBatchNorm`` holding the same parameters and buffers.
 """
 from __future__ import annotations
 
-from ...distributed import functional as dist_functional
+from ...distributed.collectives import ReduceOp
+from ...distributed.graph_ops import all_reduce_node
 from ...distributed.process_group import get_world_size, is_initialized
 from ...frontend.creation import tensor
 from ...frontend.grad_mode import no_grad
@@ -61,18 +68,16 @@ class SyncBatchNorm(BatchNorm2d):
         dims = (0,) + tuple(range(2, input.ndim))
         x = widened(input)
         local_count = tensor([input.numel() // channels], dtype=x.dtype, device=x.device)
-        sums = dist_functional.all_reduce(cat([x.sum(dims), local_count]),
-                                          group=self.process_group)
-        count = int(sums[channels].item())
-        mean = (sums[:channels] / count).reshape(stat_shape)
-        squares = dist_functional.all_reduce(((x - mean) ** 2).sum(dims),
-                                             group=self.process_group)
-        var = (squares / count).reshape(stat_shape)
+        sums = all_reduce_node(cat([x.sum(dims), (x * x).sum(dims), local_count]),
+                               ReduceOp.SUM, self.process_group)
+        count = sums[2 * channels:]
+        mean = sums[:channels] / count
+        var = (sums[channels:2 * channels] / count - mean * mean).clamp(min=0.0)
         if running[0] is not None:
             _update_running(running[0], mean, factor)
         if running[1] is not None:
             _update_running(running[1], var * (count / (count - 1)), factor)
-        out = (x - mean) * (var + self.eps).rsqrt()
+        out = (x - mean.reshape(stat_shape)) * (var.reshape(stat_shape) + self.eps).rsqrt()
         if self.weight is not None:
             out = out * self.weight.reshape(stat_shape)
         if self.bias is not None:
