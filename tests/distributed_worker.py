@@ -36,8 +36,9 @@ def make_model(kind: str, seed: int):
     if kind == "cnn":
         return nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                              nn.Flatten(), nn.Linear(64, 4))
-    return nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
-                         nn.Flatten(), nn.Linear(256, 4))  # "bn"
+    bn = nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                       nn.Flatten(), nn.Linear(256, 4))
+    return nn.SyncBatchNorm.convert_sync_batchnorm(bn) if kind == "syncbn" else bn  # "bn"
 
 
 def make_optimizer(name: str, model):
@@ -54,14 +55,16 @@ def batches(kind: str, steps: int = STEPS, seed: int = 1):
             for _ in range(steps)]
 
 
-def make_step(model, optimizer, no_sync=None):
+def make_step(model, optimizer, no_sync=None, zero_grad=True):
     """One optimizer step on lists of micro-batches ``xs``, ``ys`` (tensors): the mean
     cross-entropy, each part's loss divided by their number, all but the last backward inside
-    ``no_sync``. Traceable, so ``graphnn.compile`` makes it one compiled step."""
+    ``no_sync``; gradients dropped first unless not ``zero_grad``. Traceable, so
+    ``graphnn.compile`` makes it one compiled step."""
     loss_fn = nn.CrossEntropyLoss()
 
     def step(xs, ys):
-        optimizer.zero_grad()
+        if zero_grad:
+            optimizer.zero_grad()
         for k, (x, y) in enumerate(zip(xs, ys)):
             with (no_sync() if no_sync is not None and k < len(xs) - 1 else _nothing()):
                 loss = loss_fn(model(x), y) / len(xs)
@@ -170,16 +173,18 @@ def equivalence(rank, world):
 
 COMPILED_CASES = (("sgd", "mlp", "sgd", 1), ("adam", "mlp", "adam", 1),
                   ("accumulate", "mlp", "sgd", 2), ("bn", "bn", "sgd", 1),
-                  ("cnn_sgd", "cnn", "sgd", 1), ("cnn_adam", "cnn", "adam", 1))
+                  ("syncbn", "syncbn", "sgd", 1), ("cnn_sgd", "cnn", "sgd", 1),
+                  ("cnn_adam", "cnn", "adam", 1))
 
 
 def compiled(rank, world):
     """A whole training step (zero_grad, forward, backward, optimizer step) compiled with
     graphnn.compile: the MLP with SGD, Adam and SGD over two micro-batches (no_sync for the
-    first), the batch-norm model (its buffers broadcast from rank 0 by each forward) and the
-    CNN with SGD and Adam (``COMPILED_CASES``: name, model, optimizer, micro-batches), next to
-    the same training eagerly: state, the compile count, the CompileWarnings, the step graph's
-    all_reduce and broadcast nodes and the buckets."""
+    first), the batch-norm model (its buffers broadcast from rank 0 by each forward), the same
+    with SyncBatchNorm, and the CNN with SGD and Adam (``COMPILED_CASES``: name, model,
+    optimizer, micro-batches), next to the same training eagerly: state, the compile count,
+    the CompileWarnings, the step graph's all_reduce (avg, sum) and broadcast nodes and the
+    buckets."""
     out = {}
     for name, kind, opt, micro in COMPILED_CASES:
         for mode in ("eager", "compiled"):
@@ -197,16 +202,10 @@ def compiled(rank, world):
         out[f"{name}.compiles"] = np.array(step.compiles)
         graph = str(step.graphs()["step"])
         out[f"{name}.all_reduce_nodes"] = np.array(graph.count("= all_reduce("))
+        out[f"{name}.sum_nodes"] = np.array(graph.count('{reduce="sum"'))
         out[f"{name}.broadcast_nodes"] = np.array(graph.count("= broadcast("))
         out[f"{name}.buckets"] = np.array(len(ddp.reducer.buckets))
     return out
-
-
-def syncbn(rank, world):
-    ddp = DDP(nn.SyncBatchNorm.convert_sync_batchnorm(make_model("bn", seed=rank)),
-              bucket_cap_mb=SMALL_BUCKET_MB)
-    train(ddp, make_optimizer("sgd", ddp), shard(batches("bn"), rank, world))
-    return state_arrays(ddp.module)
 
 
 def drift(rank, world):
@@ -269,16 +268,66 @@ class TwoHeads(nn.Module):
         return self.head_b(h) if self.rank == 0 else h
 
 
+def torch_two_heads(rank):
+    """``TwoHeads`` in torch, for torch's DDP."""
+    import torch
+
+    class TorchTwoHeads(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.head_b = torch.nn.Linear(8, 4), torch.nn.Linear(4, 4)
+            self.spare = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            h = self.body(x)
+            return self.head_b(h) if rank == 0 else h
+    return TorchTwoHeads()
+
+
+def _grads(module, prefix) -> dict:
+    """``prefix + "grad." + name`` -> ``.grad`` of each parameter that has one."""
+    return {f"{prefix}grad.{name}": p.grad.numpy() for name, p in module.named_parameters()
+            if p.grad is not None}
+
+
 def unused(rank, world):
-    """find_unused_parameters: two iterations run; a parameter no rank uses keeps grad None;
-    without it, the next forward raises the unfinished-reduction error."""
-    ddp = DDP(TwoHeads(rank), find_unused_parameters=True)
-    train(ddp, make_optimizer("sgd", ddp), shard(batches("mlp", steps=2), rank, world))
-    out = {"spare_grad_is_none": np.array(ddp.module.spare.weight.grad is None),
-           "head_b_grad": ddp.module.head_b.weight.grad.numpy(),
-           "body_grad": ddp.module.body.weight.grad.numpy()}
+    """find_unused_parameters with ``TwoHeads``: one backward next to torch's DDP (the same
+    weights and data on the same gloo group); three SGD steps eagerly and compiled, with the
+    gradients dropped at each step (``zeroed``: .grad None when each backward starts) and kept
+    (``kept``: an unused parameter's .grad from the step before); without
+    find_unused_parameters, the next forward raises the unfinished-reduction error."""
+    import torch
+    out = {}
+    x, y = shard(batches("mlp", steps=1), rank, world)[0]
+    ours = DDP(TwoHeads(rank), find_unused_parameters=True)
+    theirs = torch_two_heads(rank)
+    theirs.load_state_dict({k: torch.tensor(v) for k, v in state_arrays(ours.module).items()})
+    theirs = torch.nn.parallel.DistributedDataParallel(theirs, find_unused_parameters=True)
+    ours(graphnn.tensor(x)).sum().backward()
+    theirs(torch.tensor(x)).sum().backward()
+    out.update(_grads(ours.module, "ours."))
+    out.update({f"torch.grad.{n}": p.grad.numpy() for n, p in theirs.module.named_parameters()
+                if p.grad is not None})
+    for zero in ("zeroed", "kept"):
+        for mode in ("eager", "compiled"):
+            graphnn.manual_seed(rank)
+            ddp = DDP(TwoHeads(rank), find_unused_parameters=True)
+            optimizer = make_optimizer("sgd", ddp)
+            step = make_step(ddp, optimizer, zero_grad=zero == "zeroed")
+            if mode == "compiled":
+                step = graphnn.compile(step)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                train(ddp, optimizer, shard(batches("mlp"), rank, world), step=step)
+            prefix = f"{zero}.{mode}."
+            out.update({prefix + k: v for k, v in state_arrays(ddp.module).items()})
+            out.update(_grads(ddp.module, prefix))
+        out[f"{zero}.warnings"] = np.array(sum(issubclass(w.category, CompileWarning)
+                                               for w in caught))
+        out[f"{zero}.compiles"] = np.array(step.compiles)
+        out[f"{zero}.graph"] = np.array(str(step.graphs()["step"]))
     strict = DDP(TwoHeads(rank))
-    x = graphnn.tensor(batches("mlp")[0][0][:2])
+    x = graphnn.tensor(x[:2])
     strict(x).sum().backward()
     try:
         strict(x)
@@ -308,8 +357,8 @@ def hang(rank, world):
     return {}
 
 
-SCENARIOS = {f.__name__: f for f in (collectives, compiled, cuda, equivalence, syncbn, drift,
-                                     no_sync, unused, fail, hang)}
+SCENARIOS = {f.__name__: f for f in (collectives, compiled, cuda, equivalence, drift, no_sync,
+                                     unused, fail, hang)}
 
 
 def main(out_dir, names):

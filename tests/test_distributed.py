@@ -99,23 +99,24 @@ def _check_equivalence(saved, world):
             want = _reference(kind, opt)
             for r in range(world):
                 _assert_state_close(saved["equivalence", r], want, f"{kind}.{opt}.")
-    want = _reference("bn", "sgd")  # plain BatchNorm2d over the whole batch
-    for r in range(world):
-        _assert_state_close(saved["syncbn", r], want)
 
 
 def _check_compiled(saved, world):
     """Compiled DDP steps (graphnn.compile of zero_grad, forward, backward, optimizer step):
-    no eager fallback, one compile after the warm-up call, one all_reduce node per bucket and
+    no eager fallback, one compile after the warm-up call, one all_reduce (avg) node per
+    bucket, two all_reduce (sum) nodes for SyncBatchNorm (its statistics, their gradient) and
     one broadcast node per buffer in the step graph, state equal to the eager DDP step's and
-    (without batch norm, whose statistics are per rank) to one process on the whole batch."""
+    (except plain batch norm, whose statistics are per rank) to one process on the whole batch
+    (SyncBatchNorm: with BatchNorm2d, running statistics included)."""
     for name, kind, opt, _ in worker.COMPILED_CASES:
-        want = _reference(kind, opt) if kind != "bn" else None
+        want = None if kind == "bn" else _reference("bn" if kind == "syncbn" else kind, opt)
         for r in range(world):
             got = saved["compiled", r]
             assert int(got[f"{name}.warnings"]) == 0 and int(got[f"{name}.compiles"]) == 1
-            assert int(got[f"{name}.all_reduce_nodes"]) == int(got[f"{name}.buckets"]) > 1
-            assert int(got[f"{name}.broadcast_nodes"]) == (3 if kind == "bn" else 0)
+            sums = int(got[f"{name}.sum_nodes"])
+            assert sums == (2 if kind == "syncbn" else 0)
+            assert int(got[f"{name}.all_reduce_nodes"]) - sums == int(got[f"{name}.buckets"]) > 1
+            assert int(got[f"{name}.broadcast_nodes"]) == (3 if "bn" in kind else 0)
             eager = {k[len(f"{name}.eager."):]: v for k, v in got.items()
                      if k.startswith(f"{name}.eager.")}
             _assert_state_close(got, eager, f"{name}.compiled.")
@@ -137,10 +138,10 @@ def _check_drift(saved, world):
 
 
 def test_torchrun_three_ranks_train_as_one_process_then_a_hung_rank_ends_the_job(tmp_path):
-    """torchrun, 3 workers: collectives, equivalence (eager and compiled steps), SyncBatchNorm,
-    no drift (eager and compiled); then rank 1 hangs, the others' all-reduce times out (3 s)
+    """torchrun, 3 workers: collectives, equivalence (eager and compiled steps, SyncBatchNorm
+    among them), no drift (eager and compiled); then rank 1 hangs, the others' all-reduce times out (3 s)
     and torchrun ends the job naming a rank."""
-    world, scenarios = 3, ["collectives", "equivalence", "compiled", "syncbn", "drift"]
+    world, scenarios = 3, ["collectives", "equivalence", "compiled", "drift"]
     start = time.monotonic()
     code, log = _torchrun(world, tmp_path, scenarios + ["hang"])
     assert time.monotonic() - start < 240
@@ -168,12 +169,12 @@ def test_torchrun_three_ranks_train_as_one_process_then_a_hung_rank_ends_the_job
 
 
 def test_two_ranks_train_as_one_process_then_a_raising_rank_ends_the_job(tmp_path):
-    """2 workers: equivalence (eager and compiled steps), SyncBatchNorm, no_sync, checkpoint
-    resume, unused parameters, cuda tensors (Triton's interpreter here); then rank 1 raises
-    mid-step and rank 0 exits with an error naming its rank."""
+    """2 workers: equivalence (eager and compiled steps, SyncBatchNorm among them), no_sync,
+    checkpoint resume, unused parameters (eager, against torch's DDP, and compiled), cuda
+    tensors (Triton's interpreter here); then rank 1 raises mid-step and rank 0 exits with an
+    error naming its rank."""
     world = 2
-    scenarios = ["equivalence", "compiled", "syncbn", "no_sync", "checkpoint", "unused",
-                 "cuda"]
+    scenarios = ["equivalence", "compiled", "no_sync", "checkpoint", "unused", "cuda"]
     start = time.monotonic()
     (code0, err0), (code1, err1) = _launch(world, tmp_path, scenarios + ["fail"])
     assert time.monotonic() - start < 240
@@ -195,14 +196,36 @@ def test_two_ranks_train_as_one_process_then_a_raising_rank_ends_the_job(tmp_pat
                                       worker.rank_values(0) + worker.rank_values(1))
         _assert_state_close(saved["no_sync", r], accumulated)
         _assert_state_close(saved["checkpoint", r], uninterrupted)
-        unused = saved["unused", r]
-        assert bool(unused["spare_grad_is_none"])  # no rank used it: grad stays None
-        assert "find_unused_parameters=True" in str(unused["error"])
+        _check_unused(saved["unused", r])
     # head_b is used on rank 0 only: the averaged gradient reaches both ranks
     first, second = saved["unused", 0], saved["unused", 1]
-    assert np.abs(first["head_b_grad"]).max() > 0
-    np.testing.assert_array_equal(first["head_b_grad"], second["head_b_grad"])
-    np.testing.assert_array_equal(first["body_grad"], second["body_grad"])
+    for key in ("ours.grad.head_b.weight", "zeroed.compiled.grad.head_b.weight",
+                "kept.compiled.grad.body.weight"):
+        np.testing.assert_array_equal(first[key], second[key])
+
+
+def _part(saved: dict, prefix: str) -> dict:
+    return {k[len(prefix):]: v for k, v in saved.items() if k.startswith(prefix)}
+
+
+def _check_unused(got):
+    """find_unused_parameters (``TwoHeads``: head_b used on rank 0 only, spare on no rank):
+    eager gradients equal torch DDP's, spare's .grad None in both; compiled steps (gradients
+    dropped each step, or kept) compile once without fallback, all-reduce the usage bitmap
+    (a sum node) and end with eager's parameters and gradients, None where eager's is None."""
+    ours, theirs = _part(got, "ours."), _part(got, "torch.")
+    assert ours.keys() == theirs.keys() and "grad.head_b.weight" in ours
+    assert not any(k.startswith("grad.spare") for k in ours)
+    for key, value in theirs.items():
+        np.testing.assert_allclose(ours[key], value, rtol=1e-5, atol=1e-6, err_msg=key)
+    for zero in ("zeroed", "kept"):
+        assert int(got[f"{zero}.warnings"]) == 0 and int(got[f"{zero}.compiles"]) == 1
+        assert re.search(r'= all_reduce\(%\w+\) \{reduce="sum"', str(got[f"{zero}.graph"]))
+        eager, compiled = _part(got, f"{zero}.eager."), _part(got, f"{zero}.compiled.")
+        assert eager.keys() == compiled.keys() and "grad.head_b.weight" in eager
+        assert not any(k.startswith("grad.spare") for k in compiled)
+        _assert_state_close(compiled, eager)
+    assert "find_unused_parameters=True" in str(got["error"])
 
 
 # ---- one process --------------------------------------------------------------------------------
@@ -266,9 +289,9 @@ def test_compiled_step_in_a_world_of_one(world_of_one, tmp_path, capsys):
     assert re.search(r'= all_reduce\(%\w+\) \{reduce="avg", group=0\}', capsys.readouterr().out)
 
 
-def test_compiled_ddp_refusals_run_eagerly(world_of_one):
-    """What a compiled step does not take runs eagerly with a CompileWarning, with eager's
-    results: a DDP forward compiled without its backward, find_unused_parameters."""
+def test_compiled_ddp_refusal_runs_eagerly(world_of_one):
+    """A DDP forward compiled without its backward runs eagerly with a CompileWarning, with
+    eager's results; find_unused_parameters compiles (the usage bitmap's node)."""
     x, y = (graphnn.tensor(a) for a in worker.batches("mlp")[0])
     ddp = DDP(worker.make_model("mlp", seed=0))
     forward = graphnn.compile(lambda inputs: ddp(inputs))
@@ -281,8 +304,10 @@ def test_compiled_ddp_refusals_run_eagerly(world_of_one):
     unused = DDP(worker.make_model("mlp", seed=0), find_unused_parameters=True)
     optimizer = worker.make_optimizer("sgd", unused)
     step = graphnn.compile(worker.make_step(unused, optimizer))
-    with pytest.warns(CompileWarning, match="find_unused_parameters"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
         worker.train(unused, optimizer, worker.batches("mlp"), step=step)
+    assert step.compiles == 1 and 'reduce="sum"' in str(step.graphs()["step"])
     _assert_state_close(worker.state_arrays(unused.module), _reference("mlp", "sgd"))
 
 

@@ -25,7 +25,9 @@ tensor hooks eagerly; a trace runs no hooks. Instead their forward, while a trac
 ``reduce_gradients(params, reduce)``: the next traced ``backward`` passes the local gradients of
 ``params`` (each one's incoming gradient added to its ``.grad``, as the hooks do) through
 ``reduce`` (which records collective nodes) and rebinds each ``.grad`` to the result, as the
-hooks leave it. Hooks marked with ``mark_traced`` are such hooks: a compiled step need not fall
+hooks leave it. With ``allow_unused`` (DDP's ``find_unused_parameters``), a parameter this
+backward does not reach goes to ``reduce`` with its current ``.grad`` (None stays None) and
+``used=False``; ``reduce`` returns None for a ``.grad`` to leave as it is. Hooks marked with ``mark_traced`` are such hooks: a compiled step need not fall
 back to eager for them. A reduction armed and never reached by a backward (a compiled forward
 without its backward) raises ``UnsupportedError`` when the trace ends (``check_reduced``).
 """
@@ -41,7 +43,7 @@ from .grad_mode import no_grad
 
 GRAD_PREFIX = "grad:"
 _TRACED_MARK = "_graphnn_traced_by_forward"
-_ARMED = weakref.WeakKeyDictionary()  # TraceState -> [(params, reduce)] armed by forwards
+_ARMED = weakref.WeakKeyDictionary()  # TraceState -> [(params, reduce, allow_unused)]
 
 
 def mark_traced(hook):
@@ -55,15 +57,18 @@ def is_traced(hook) -> bool:
     return getattr(hook, _TRACED_MARK, False)
 
 
-def reduce_gradients(params, reduce) -> None:
+def reduce_gradients(params, reduce, allow_unused: bool = False) -> None:
     """Arm the active trace's next ``backward``: the gradients of ``params`` (a list of bound
-    leaf tensors) go through ``reduce(list of local gradients) -> list of results``."""
+    leaf tensors) go through ``reduce(local gradients, used flags) -> results`` (lists in
+    ``params``' order; a local gradient is None, and its flag False, for a parameter the
+    backward does not reach, which only ``allow_unused`` accepts; a result None leaves that
+    ``.grad`` as it is)."""
     state = trace_state.active()
     armed = _ARMED.setdefault(state, [])
-    if any(p is q for entry, _ in armed for p in entry for q in params):
+    if any(p is q for entry, *_ in armed for p in entry for q in params):
         raise UnsupportedError("graphnn.trace: a data-parallel forward ran twice before its "
                                "backward (eagerly: 'Expected to have finished reduction')")
-    armed.append((list(params), reduce))
+    armed.append((list(params), reduce, allow_unused))
 
 
 def check_reduced(state) -> None:
@@ -146,20 +151,30 @@ def _reduce_armed(state, incoming) -> set:
     gradients (``{id(leaf): (leaf, gradient input)}``): ids of the parameters whose ``.grad``
     they rebound."""
     done = set()
-    for params, reduce in _ARMED.pop(state, []):
-        missing = [i for i, p in enumerate(params) if id(p) not in incoming]
-        if missing:
-            raise UnsupportedError(f"graphnn.trace: {len(missing)} parameter(s) of a "
+    for params, reduce, allow_unused in _ARMED.pop(state, []):
+        used = [id(p) in incoming for p in params]
+        if not allow_unused and not all(used):
+            raise UnsupportedError(f"graphnn.trace: {used.count(False)} parameter(s) of a "
                                    f"data-parallel module get no gradient from this backward "
-                                   f"(unused parameters are handled eagerly only)")
+                                   f"and find_unused_parameters is False (eagerly: 'Expected "
+                                   f"to have finished reduction')")
         with no_grad():
-            local = [incoming[id(p)][1] if p.grad is None else p.grad + incoming[id(p)][1]
-                     for p in params]
-            results = reduce(local)
+            local = [_local_gradient(p, incoming[id(p)][1] if reached else None)
+                     for p, reached in zip(params, used)]
+            results = reduce(local, used)
         for p, result in zip(params, results):
-            p.grad = result
-            done.add(id(p))
+            if result is not None:
+                p.grad = result
+                done.add(id(p))
     return done
+
+
+def _local_gradient(param, gradient):
+    """``param``'s whole local gradient: its ``.grad`` plus the incoming ``gradient`` (either
+    may be None; both None gives None)."""
+    if gradient is None:
+        return param.grad
+    return gradient if param.grad is None else param.grad + gradient
 
 
 def _ancestors(value) -> set:

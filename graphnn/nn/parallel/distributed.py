@@ -11,8 +11,9 @@ next synchronised backward, which averages the accumulated sum. With ``broadcast
 Compiled: while a trace runs (``graphnn.compile`` of a training step), ``forward`` runs no
 hook machinery; a synchronised forward arms the trace's backward to average the gradients with
 ``all_reduce`` graph nodes (``Reducer.reduce_traced``), and buffers are copied from rank 0 by
-``broadcast`` nodes. Compiled steps refuse (and so run eagerly, with a CompileWarning)
-``find_unused_parameters`` (docs/distributed.md).
+``broadcast`` nodes; with ``find_unused_parameters`` the traced backward hands over the
+parameters it does not reach too, and a usage bitmap is all-reduced in the step
+(docs/distributed.md).
 """
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ from ...distributed.process_group import _require_group
 from ...frontend import trace_state
 from ...frontend.grad_mode import is_grad_enabled, no_grad
 from ...frontend.traced_backward import reduce_gradients
-from ...ir.errors import UnsupportedError
 from ..module import Module
 from .reducer import Reducer
 
@@ -74,14 +74,12 @@ class DistributedDataParallel(Module):
         traced = trace_state.active() is not None
         if syncing:
             self.reducer.check_finished()
-            if traced and self.find_unused_parameters:
-                raise UnsupportedError("DistributedDataParallel: find_unused_parameters=True "
-                                       "is not compiled")
         if self.broadcast_buffers:
             self._sync_state(include_parameters=False)
         output = self.module(*inputs, **kwargs)
         if syncing and traced:  # the trace's backward averages (Reducer.reduce_traced)
-            reduce_gradients(self.reducer.params, self.reducer.reduce_traced)
+            reduce_gradients(self.reducer.params, self.reducer.reduce_traced,
+                             self.find_unused_parameters)
         elif syncing:
             self.reducer.prepare(output)
         return output

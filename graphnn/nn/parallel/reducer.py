@@ -26,15 +26,29 @@ With ``find_unused_parameters`` the forward's outputs are searched for the param
 graph reaches; the others are ready at once with their current ``.grad`` (zeros when None), and
 a used-anywhere mask is all-reduced with the buckets: a parameter no rank used keeps its
 ``.grad`` untouched (None stays None).
+
+The traced step does the same: a parameter the traced backward does not reach puts its
+``.grad`` (zeros when None) into its bucket, and after the buckets an ``all_reduce`` (SUM)
+node of this rank's usage bitmap (a constant of its graph) says which parameters some rank
+used. A parameter with a local gradient (used here, or with a ``.grad``) ends with
+``where(used somewhere, average, local)`` (for one used here, the average; taking the bitmap
+into every result keeps its node in each rank's graph, so every rank runs it even where all
+parameters are used). One whose ``.grad`` is None and that the backward does not reach must
+end with a tensor or None, which a graph cannot leave to run time: the trace takes it from
+the last eager reduction (the compiled step's eager warm-up call), so it ends with the
+average if some rank used it then and stays None otherwise. That is exact as long as which
+parameters each rank's graph uses stays as it was in that call (docs/distributed.md).
 """
 from __future__ import annotations
 
 from ...distributed import collectives
 from ...distributed.graph_ops import all_reduce_node
 from ...distributed.process_group import DistributedError
-from ...frontend.creation import zeros, zeros_like
+from ...ir.errors import UnsupportedError
+from ...frontend.creation import tensor, zeros, zeros_like
 from ...frontend.grad_mode import no_grad
 from ...frontend.traced_backward import mark_traced
+from ...frontend.tensor_math import where
 from ...frontend.tensor_shape import cat
 
 FIRST_BUCKET_BYTES = 1024 * 1024
@@ -104,6 +118,7 @@ class Reducer:
         self.buckets = assign_buckets(params, bucket_cap_bytes)
         self.bucket_of = {i: b for b, bucket in enumerate(self.buckets) for i in bucket}
         self.active = False
+        self.global_used = None  # the last eager reduction's used-on-some-rank flags
         self.handles = [p.register_hook(mark_traced(self._hook(i)))
                         for i, p in enumerate(params)]
 
@@ -129,19 +144,38 @@ class Reducer:
         if all(m == 0 for m in self.missing):
             self._finish(current=None)
 
-    def reduce_traced(self, local):
-        """The averages of the local gradients ``local`` (one per parameter, in order) while
-        a trace runs: per bucket, the flattened gradients concatenated, one ``all_reduce``
-        node (AVG), split back into the parameters' shapes."""
+    def reduce_traced(self, local, used):
+        """The averages of the local gradients ``local`` (one per parameter, in order; None
+        for a parameter unused here whose ``.grad`` is None) while a trace runs: per bucket,
+        the flattened gradients (zeros for None) concatenated, one ``all_reduce`` node (AVG),
+        split back into the parameters' shapes. ``used`` says which parameters the backward
+        reached; for the others, see the module docstring (a result None leaves ``.grad``)."""
         out = [None] * len(self.params)
         for bucket in self.buckets:
-            flat = cat([local[i].reshape(-1) for i in bucket])
+            flat = cat([(zeros(self.params[i].numel(), dtype=self.params[i].dtype,
+                               device=self.params[i].device) if local[i] is None
+                         else local[i].reshape(-1)) for i in bucket])
             averaged = all_reduce_node(flat, collectives.ReduceOp.AVG, self.group)
             offset = 0
             for i in bucket:
                 n = self.params[i].numel()
                 out[i] = averaged[offset:offset + n].reshape(self.params[i].shape)
                 offset += n
+        if not self.find_unused:
+            return out
+        if self.global_used is None and None in local:
+            raise UnsupportedError("DistributedDataParallel: find_unused_parameters=True is "
+                                   "compiled after an eager synchronised iteration (the "
+                                   "compiled step's warm-up call), which says which parameters "
+                                   "some rank uses")
+        flags = tensor([float(u) for u in used], device=self.params[0].device)
+        flags = flags + averaged[:0].sum()  # 0, but after the buckets, as eagerly
+        somewhere = all_reduce_node(flags, collectives.ReduceOp.SUM, self.group) > 0
+        for i, gradient in enumerate(local):
+            if gradient is not None:  # on every parameter: the bitmap's node stays live
+                out[i] = where(somewhere[i], out[i], gradient)
+            elif not self.global_used[i]:
+                out[i] = None
         return out
 
     def _hook(self, index):
@@ -187,6 +221,7 @@ class Reducer:
             work.wait()
         result = None
         used = self.used.tolist()
+        self.global_used = used
         for b, bucket in enumerate(self.buckets):
             offset = 0
             for i in bucket:
