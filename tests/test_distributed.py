@@ -139,8 +139,8 @@ def _check_drift(saved, world):
 
 def test_torchrun_three_ranks_train_as_one_process_then_a_hung_rank_ends_the_job(tmp_path):
     """torchrun, 3 workers: collectives, equivalence (eager and compiled steps, SyncBatchNorm
-    among them), no drift (eager and compiled); then rank 1 hangs, the others' all-reduce times out (3 s)
-    and torchrun ends the job naming a rank."""
+    among them), no drift (eager and compiled); then rank 1 hangs, the others' all-reduce
+    times out (3 s) and torchrun ends the job naming a rank."""
     world, scenarios = 3, ["collectives", "equivalence", "compiled", "drift"]
     start = time.monotonic()
     code, log = _torchrun(world, tmp_path, scenarios + ["hang"])
@@ -357,6 +357,43 @@ def test_sync_batchnorm_without_a_group_is_batch_norm_and_converts_models():
                                    theirs(torch.tensor(x)).detach().numpy(), rtol=1e-5,
                                    atol=1e-6)
     np.testing.assert_allclose(ours.running_var.numpy(), theirs.running_var.numpy(), rtol=1e-6)
+
+
+def test_default_backend_follows_the_device(monkeypatch):
+    """init_process_group without a backend: nccl for a cuda device_id (handed to torch as a
+    torch device), gloo for the CPU; without a device, gloo where torch sees no GPU and
+    cpu:gloo,cuda:nccl where it does. (NCCL itself needs several GPUs: not run here.)"""
+    calls = []
+    monkeypatch.setattr(torch.distributed, "init_process_group",
+                        lambda backend, **kwargs: calls.append((backend, kwargs)))
+    monkeypatch.setattr(graph_ops, "install", lambda: None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    dist.init_process_group(device_id="cuda:1")
+    dist.init_process_group(device_id="cpu")
+    dist.init_process_group()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    dist.init_process_group()
+    dist.init_process_group("gloo", device_id="cpu")
+    assert [backend for backend, _ in calls] == ["nccl", "gloo", "gloo", "cpu:gloo,cuda:nccl",
+                                                 "gloo"]
+    assert calls[0][1]["device_id"] == torch.device("cuda", 1)
+    assert all("device_id" not in kwargs for _, kwargs in calls[1:])
+    assert calls[0][1]["init_method"] == "env://"
+
+
+def test_cuda_tensors_reach_torch_without_a_copy(world_of_one):
+    """A cuda tensor's array is the torch tensor the collective receives: written in place,
+    no host copy (Triton's interpreter stands in for the GPU here)."""
+    t = graphnn.tensor([1.0, -2.0, 3.0]).cuda()
+    storage = t._data
+    seen = []
+    reduce = torch.distributed.all_reduce
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.distributed, "all_reduce",
+                      lambda tensor, *a, **k: (seen.append(tensor), reduce(tensor, *a, **k))[1])
+        dist.all_reduce(t)
+    assert seen[0] is storage and t._data is storage
+    np.testing.assert_array_equal(t.cpu().numpy(), [1.0, -2.0, 3.0])
 
 
 def test_no_process_group_is_a_clear_error():

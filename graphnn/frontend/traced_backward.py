@@ -27,9 +27,10 @@ tensor hooks eagerly; a trace runs no hooks. Instead their forward, while a trac
 ``reduce`` (which records collective nodes) and rebinds each ``.grad`` to the result, as the
 hooks leave it. With ``allow_unused`` (DDP's ``find_unused_parameters``), a parameter this
 backward does not reach goes to ``reduce`` with its current ``.grad`` (None stays None) and
-``used=False``; ``reduce`` returns None for a ``.grad`` to leave as it is. Hooks marked with ``mark_traced`` are such hooks: a compiled step need not fall
-back to eager for them. A reduction armed and never reached by a backward (a compiled forward
-without its backward) raises ``UnsupportedError`` when the trace ends (``check_reduced``).
+``used=False``; ``reduce`` returns None for a ``.grad`` to leave as it is. Hooks marked with
+``mark_traced`` are such hooks: a compiled step need not fall back to eager for them. A
+reduction armed and never reached by a backward (a compiled forward without its backward)
+raises ``UnsupportedError`` when the trace ends (``check_reduced``).
 """
 from __future__ import annotations
 
