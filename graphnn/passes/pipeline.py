@@ -30,9 +30,11 @@ from .fuse_elementwise import fuse_elementwise
 from .fuse_epilogue import fuse_epilogue
 from .mask_before_pool_grad import mask_before_pool_grad
 from .share_attention_probabilities import share_attention_probabilities
+from .share_gelu_erf import share_gelu_erf
 from .simplify import simplify
 
 PIPELINE = [
+    ("share_gelu_erf", share_gelu_erf),
     ("fold_constants", fold_constants),
     ("simplify", simplify),
     ("cse", eliminate_common_subexpressions),

@@ -12,7 +12,7 @@ from ..ir.graph import Graph
 from ..ir.rewrite import Rewriter
 
 
-def _constant_equal_to(value, number) -> bool:
+def constant_equal_to(value, number) -> bool:
     if value.kind == "const":
         return bool(value.data.size) and bool(np.all(value.data == number))
     node = value.producer
@@ -22,7 +22,7 @@ def _constant_equal_to(value, number) -> bool:
 def _identity_operand(node, inputs, unit, positions):
     """The other operand when the operand at one of ``positions`` is the constant ``unit``."""
     for pos in positions:
-        if _constant_equal_to(inputs[pos], unit):
+        if constant_equal_to(inputs[pos], unit):
             return inputs[1 - pos]
     return None
 
@@ -79,7 +79,7 @@ def _slice_writes(value):
     while value.producer is not None and value.producer.op == "slice_scatter":
         writes.append(value.producer)
         value = value.producer.inputs[0]
-    if not writes or not _constant_equal_to(value, 0):
+    if not writes or not constant_equal_to(value, 0):
         return None
     return writes[::-1]
 

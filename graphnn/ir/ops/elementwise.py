@@ -377,7 +377,7 @@ def _grad_gelu(b, ctx, g):
         d_inner = b.mul(c(_SQRT_2_OVER_PI), b.add(c(1.0), b.mul(c(3 * _GELU_TANH_COEF), x2)))
         right = b.mul(b.mul(c(0.5), x), b.mul(b.sub(c(1.0), b.mul(t, t)), d_inner))
         return [b.mul(g, b.add(left, right))]
-    cdf = b.mul(c(0.5), b.add(c(1.0), b.erf(b.mul(x, c(1 / math.sqrt(2.0))))))
+    cdf = b.mul(c(0.5), b.add(c(1.0), b.erf(b.div(x, c(math.sqrt(2.0))))))  # as _gelu
     pdf = b.mul(c(1 / math.sqrt(2 * math.pi)), b.exp(b.mul(b.mul(x, x), c(-0.5))))
     return [b.mul(g, b.add(cdf, b.mul(x, pdf)))]
 
