@@ -12,14 +12,14 @@ from compile_helpers import isolated_cache  # noqa: F401  (autouse: a kernel cac
 import graphnn
 from graphnn import nn
 from graphnn.codegen.backend import HOST, Backend, numpy_owner
-from graphnn.compiler import PROBE_SIZES
 from graphnn.ir import REGISTRY, Graph, TensorType
+from graphnn.ir.symbolic import ShapeEnv
 from graphnn.ir import dtypes as D
 from graphnn.ir.schedule import KernelKind
 from graphnn.runtime import cache
 from graphnn.runtime.artifact import CompiledArtifact
 from graphnn.runtime.backends import get_backend
-from graphnn.runtime.dynamic_artifact import fit_dynamic_artifact
+from graphnn.runtime.symbolic_artifact import SymbolicArtifact
 
 NAMES = ["numpy", "reference"]
 
@@ -63,16 +63,13 @@ def test_kernels_are_imported_from_their_cache_file(name, isolated_cache):  # no
                                   ((0 <= t) & (t < 1)).float().numpy())
 
 
-def test_a_dynamic_kernel_per_size_is_imported_from_a_file_too():
-    graphs = []
-    for size in PROBE_SIZES:
-        g = Graph("double")
-        x = g.add_input("x", TensorType((size, 3), D.float32))
-        g.outputs = g.call("add", x, x)
-        graphs.append(g)
-    artifact = fit_dynamic_artifact(graphs, [None] * 3, PROBE_SIZES, get_backend("numpy"),
-                                     [""] * 3)
-    kernel = artifact.kernel_for(5)
+def test_a_kernel_with_symbolic_sizes_is_imported_from_a_file_per_binding_too():
+    env = ShapeEnv()
+    g = Graph("double")
+    x = g.add_input("x", TensorType((env.symbol("s0", 11), 3), D.float32))
+    g.outputs = g.call("add", x, x)
+    artifact = SymbolicArtifact(g, get_backend("numpy"), env)
+    kernel = artifact.kernel_for({"s0": 5})
     assert "def kernel(" in inspect.getsource(kernel)
     x = np.arange(15, dtype=np.float32).reshape(5, 3)
     np.testing.assert_array_equal(artifact.run([x], {}), x + x)

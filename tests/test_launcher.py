@@ -16,7 +16,6 @@ from compile_helpers import isolated_cache  # noqa: F401  (autouse: a kernel cac
 import graphnn
 from graphnn import nn, optim
 from graphnn.codegen.backend import HOST, Device, numpy_owner
-from graphnn.compiler import PROBE_SIZES
 from graphnn.compiler import stages
 from graphnn.compiler import step as compiled_step
 from graphnn.compiler.entry import Entry
@@ -26,10 +25,11 @@ from graphnn.frontend.tensor import Tensor
 from graphnn.ir import Graph, TensorType
 from graphnn.ir import dtypes as D
 from graphnn.ir import debug_mode
+from graphnn.ir.symbolic import ShapeEnv
 from graphnn.runtime.artifact import CompiledArtifact
 from graphnn.runtime.backends import get_backend, register_backend
-from graphnn.runtime.dynamic_artifact import fit_dynamic_artifact
 from graphnn.runtime.launcher import Launcher, StaleWriteError, launcher_for
+from graphnn.runtime.symbolic_artifact import SymbolicArtifact
 
 
 class CopyingDevice(Device):
@@ -244,18 +244,15 @@ def test_shape_and_dtype_of_a_stale_tensor_download_nothing():
     assert device.downloads == 1
 
 
-def test_a_dynamic_kernel_runs_through_the_launcher_with_its_state_resident():
+def test_a_kernel_with_symbolic_sizes_runs_through_the_launcher_with_its_state_resident():
     """(In debug mode: each output is brought to the host to be checked.)"""
     device = CopyingDevice()
-    graphs = []
-    for size in PROBE_SIZES:
-        g = Graph("scale")
-        x = g.add_input("x", TensorType((size, 3), D.float32))
-        w = g.add_param("w", TensorType((3,), D.float32))
-        g.outputs = g.call("mul", x, w)
-        graphs.append(g)
-    artifact = fit_dynamic_artifact(graphs, [None] * 3, PROBE_SIZES, get_backend("numpy"),
-                                    [""] * 3)
+    env = ShapeEnv()
+    g = Graph("scale")
+    x = g.add_input("x", TensorType((env.symbol("s0", 11), 3), D.float32))
+    w = g.add_param("w", TensorType((3,), D.float32))
+    g.outputs = g.call("mul", x, w)
+    artifact = SymbolicArtifact(g, get_backend("numpy"), env)
     launcher = Launcher(device, Tensor._wrap)
     w = Tensor._wrap(np.array([1, -2, 0.5], np.float32))
     rng = np.random.default_rng(3)

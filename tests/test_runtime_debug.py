@@ -5,14 +5,14 @@ import pytest
 from compile_helpers import isolated_cache  # noqa: F401  (autouse: a kernel cache per test)
 
 import graphnn
-from graphnn.compiler import PROBE_SIZES
 from graphnn.ir import Graph, TensorType
 from graphnn.ir import dtypes as D
 from graphnn.ir import debug_mode
 from graphnn.runtime.artifact import CompiledArtifact
 from graphnn.runtime.backends import get_backend
 from graphnn.runtime.debug import OutputTypeError
-from graphnn.runtime.dynamic_artifact import fit_dynamic_artifact
+from graphnn.ir.symbolic import ShapeEnv, active_env
+from graphnn.runtime.symbolic_artifact import SymbolicArtifact
 
 
 def test_the_tests_run_in_debug_mode():
@@ -61,17 +61,19 @@ def test_a_compiled_call_returning_other_types_names_the_output(returned, messag
         artifact.run([np.zeros((2, 3), np.float32)], {})
 
 
-def test_a_dynamic_call_checks_its_outputs_at_the_batch_size():
+def test_a_call_with_symbolic_sizes_checks_its_outputs_at_its_sizes():
     def fn(x):
         return x.sum(-1)
 
-    graphs = [graphnn.trace(fn, graphnn.randn(s, 4)) for s in PROBE_SIZES]
-    artifact = fit_dynamic_artifact(graphs, [None] * 3, PROBE_SIZES, get_backend("numpy"),
-                                    [""] * 3, "fn")
+    env = ShapeEnv()
+    with active_env(env):
+        graph = graphnn.trace(fn, graphnn.randn(11, 4))
+        artifact = SymbolicArtifact(graph, get_backend("numpy"), env, name="fn")
     x = np.arange(20, dtype=np.float32).reshape(5, 4)
     np.testing.assert_array_equal(artifact.run([x], {}), x.sum(-1))
-    artifact.kernel_for = lambda size: lambda inputs, params, buffers: inputs[0].sum()
-    with pytest.raises(OutputTypeError, match=r"B=5\): output 0 \(%\w+\) should be f32\[5\] "
+    artifact.kernel_for = lambda values: lambda inputs, params, buffers: inputs[0].sum()
+    with pytest.raises(OutputTypeError, match=r"s0=5, s1=4\): output 0 \(%\w+\) should be "
+                                              r"f32\[5\] "
                                               r"\(its IR type\), the kernel returned "
                                               r"np.float32\(190.0\) \(type float32, not an "
                                               r"array\)"):

@@ -149,6 +149,7 @@ class Backend:
     generate: Callable[..., str]
     load: Callable[[str], Callable] = import_kernel_file
     conv_layout: Callable[..., str] | None = None
+    symbolic_sizes: bool = False  # ``generate`` writes symbolic sizes (``ir.symbolic``) as code
 
     def __post_init__(self):
         unknown = {k for k in self.kernel_kinds if not isinstance(k, KernelKind)}

@@ -7,10 +7,9 @@ parameters' types, train/eval mode and grad mode) traces the forward, builds its
 schedules and memory plans for the backend (``stages.build``), and loads a kernel per stage
 through the caches; the signature's ``entry.Entry`` runs them through the backend's launcher
 (state stays on its device between calls) and returns graphnn Tensors. Parameters are read
-from the module at every call, so optimizer steps are seen. With ``dynamic=True`` the batch
-dimension is left out of the signature and the function's ``dynamic_batch.DynamicBatch`` fits
-each stage's kernel over the call traced at ``PROBE_SIZES`` (``runtime.dynamic_artifact``), so
-one entry serves every batch size >= 2.
+from the module at every call, so optimizer steps are seen. With ``dynamic=True`` input sizes
+are symbols in the signature and in the traced graph (``dynamic_sizes``): an entry compiled
+once serves every size its guards allow.
 
 Training: with grad mode on and a parameter or input requiring grad, the traced forward is
 differentiated (autodiff with respect to those), the joint graph optimized and partitioned;
@@ -50,7 +49,7 @@ from dataclasses import dataclass, replace
 from . import stages
 from . import step as compiled_step
 from .call import flatten_call, recording
-from .dynamic_batch import PROBE_SIZES, DynamicBatch, EveryBatch, program_text
+from .dynamic_sizes import SizeFamily, sizes_env
 from .entry import Entry
 from .random_inputs import RandomInputs, lift_random
 from .results import detached
@@ -66,17 +65,19 @@ from ..frontend.tensor import Tensor
 from ..codegen.triton.gemm import with_float32_matmul_precision
 from ..ir.graph import flatten_structure
 from ..ir.registry import get_op
+from ..ir.symbolic import current_env
 from ..nn import hooks as H
 from ..nn.call import root_forward
 from ..nn.module import Module
 from ..runtime.artifact import CompiledArtifact
+from ..runtime.symbolic_artifact import SymbolicArtifact
 from ..runtime.backends import get_backend
-from ..runtime.guards import Signature, describe_change, spec_of, with_dynamic_batch
+from ..runtime.guards import Signature, describe_change, spec_of, with_symbolic_sizes
 from ..runtime.launcher import launcher_for
 
 log = logging.getLogger("graphnn")
 
-__all__ = ["PROBE_SIZES", "CompileWarning", "CompiledFunction", "compile", "compile_module"]
+__all__ = ["CompileWarning", "CompiledFunction", "compile", "compile_module"]
 
 
 class CompileWarning(UserWarning):
@@ -84,23 +85,20 @@ class CompileWarning(UserWarning):
 
 
 _EAGER = "eager"  # a signature entry that runs the eager forward
-_STATIC = "static"  # a dynamic signature entry: compile per batch size instead
+_STATIC = "static"  # a dynamic signature entry: compile per size instead
+
+
 @dataclass
 class _Staged:
-    """A traced call: its lifted random inputs, the traced graph, and (built at first use: a
-    dynamic signature may need only the probes' ones) its ``stages.Built`` with
-    ``make(artifacts, random)``, which builds the signature's entry around their kernels."""
+    """A traced call: its lifted random inputs, the traced graph, and (built at first use) its
+    ``stages.Built`` with ``make(artifacts, random)``, which builds the signature's entry
+    around their kernels."""
 
     random: RandomInputs
     graph: object  # the traced graph (random seeds lifted), before any pass
     build: object  # () -> (stages.Built, make)
     slots: object = None  # a whole step's ``step.SlotChanges`` (None: not a step)
     backend: object = None  # the ``Backend`` its kernels are generated for
-
-    @functools.cached_property
-    def program(self) -> str:
-        """The traced graph as ``dynamic=True`` compares it across batch sizes."""
-        return program_text(self.graph)
 
     @functools.cached_property
     def _built(self):
@@ -174,25 +172,13 @@ class CompiledFunction:
             self._signature = None
         self.name = type(module).__name__ if module is not None else getattr(
             fn, "__name__", "function")
-        self._entries = {}  # Signature -> Entry | EveryBatch | _EAGER | _STATIC
+        self._entries = {}  # Signature -> Entry | SizeFamily | _EAGER | _STATIC
         self._last = None
         self._lock = threading.RLock()
-        self._dynamic = self._dynamic_batch()
         self._warned = set()
         self._warmed = set()  # cold signatures whose call ran eagerly to create state
         self.recompile_reasons = []
         self.compiles = 0
-
-    def _dynamic_batch(self):
-        """The ``dynamic=True`` part (None without it), given what it calls explicitly."""
-        if not self.dynamic:
-            return None
-
-        def trace_program(args, kwargs):  # host tensors (dynamic=True takes no device ones)
-            return program_text(self._trace(args, kwargs, [],
-                                            not self._backend.device.shares_host)[0])
-        return DynamicBatch(self.name, self._backend, self._lock, self._staged, trace_program,
-                            self._artifact_options, self._warn_once)
 
     # state ----------------------------------------------------------------------------------
     def _hooks_reason(self, call):
@@ -223,14 +209,10 @@ class CompiledFunction:
             return self._eager(*args, **kwargs)
         tensors, static = flatten_call(self._signature, args, kwargs)
         sig, state = self._signature_of(call, tensors, static)
-        entry = self._entries.get(sig)
-        if entry is _STATIC or (isinstance(entry, EveryBatch) and
-                                not self._dynamic.same_program(entry, args, kwargs, tensors)):
-            sig = replace(sig, inputs=tuple(spec_of(t) for t in tensors))  # this batch size
-            entry = self._entries.get(sig)  # gets a kernel of its own
+        sig, entry = self._lookup(sig, tensors)
         if entry is None:
             with self._lock:
-                entry = self._entries.get(sig)
+                sig, entry = self._lookup(sig, tensors)
                 if entry is None:
                     with _collector_paused():
                         entry = self._new_entry(sig, args, kwargs, tensors)
@@ -239,6 +221,18 @@ class CompiledFunction:
         if entry is _EAGER:
             return self._eager(*args, **kwargs)
         return entry(tensors, state)
+
+    def _lookup(self, sig, tensors):
+        """(the signature the call runs under, its entry or None): a dynamic signature marked
+        ``_STATIC`` gives way to the call's concrete one; a ``SizeFamily`` gives the entry
+        whose guards the call's sizes satisfy (None when none does)."""
+        entry = self._entries.get(sig)
+        if entry is _STATIC:  # no kernel generic in the sizes: these sizes get their own
+            sig = replace(sig, inputs=tuple(spec_of(t) for t in tensors))
+            entry = self._entries.get(sig)
+        elif isinstance(entry, SizeFamily):
+            entry = entry.find(tensors)
+        return sig, entry
 
     def _device_refusal(self, sig):
         """Why compiled code cannot take the device tensors of signature ``sig`` (None: it
@@ -277,7 +271,8 @@ class CompiledFunction:
         state = {name: t for name, t, _ in call.bindings}
         training = bool(getattr(self._module, "training", False))
         inputs = tuple(spec_of(t) for t in tensors)
-        sig = Signature((self.dynamic and with_dynamic_batch(inputs)) or inputs, static,
+        symbolic = self.dynamic and self._backend.symbolic_sizes  # else: per size
+        sig = Signature(with_symbolic_sizes(inputs) if symbolic else inputs, static,
                         tuple((k, spec_of(t)) for k, t in state.items()),
                         training, is_grad_enabled(), call.key, autocast_state(),
                         get_float32_matmul_precision())
@@ -298,27 +293,36 @@ class CompiledFunction:
             self._warn_once(("device", reason), f"graphnn: {self.name} runs eagerly: {reason}")
             self._entries[sig] = _EAGER
             return _EAGER
-        compiled = [s for s, e in self._entries.items() if e is not _EAGER and e is not _STATIC]
-        if len(compiled) >= self.recompile_limit:
+        compiled = sum(len(e.entries) if isinstance(e, SizeFamily) else 1
+                       for e in self._entries.values() if e is not _EAGER and e is not _STATIC)
+        if compiled >= self.recompile_limit:
             self._warn_once("limit", f"graphnn: {self.name} reached recompile_limit="
                             f"{self.recompile_limit} compiled signatures; new signatures run "
                             f"eagerly")
             self._entries[sig] = _EAGER
             return _EAGER
         if self._last is not None:
-            message = f"graphnn: recompiling {self.name}: {describe_change(self._last, sig)}"
+            family = self._entries.get(sig)
+            change = f"the sizes break the guards of its {len(family.entries)} kernel(s) " \
+                     f"({family.refusal(tensors)})" if isinstance(family, SizeFamily) \
+                else describe_change(self._last, sig)
+            message = f"graphnn: recompiling {self.name}: {change}"
             log.info(message)
             self.recompile_reasons.append(message)
+        rng = get_rng_state()
         try:
             if sig not in self._warmed and self._step_state.state_missing():
                 return self._warm_up(sig, args, kwargs)  # no trace of the cold form
-            rng = get_rng_state()
-            staged = self._staged(sig, args, kwargs, tensors)
-            if sig not in self._warmed and _changes_state_layout(staged.slots, sig):
-                set_rng_state(rng)  # the eager call draws what the trace drew
-                return self._warm_up(sig, args, kwargs)
-            entry = self._compile(staged, sig, args, kwargs, tensors)
+            with sizes_env(sig.dynamic):
+                staged = self._staged(sig, args, kwargs, tensors)
+                if sig not in self._warmed and _changes_state_layout(staged.slots, sig):
+                    set_rng_state(rng)  # the eager call draws what the trace drew
+                    return self._warm_up(sig, args, kwargs)
+                entry = self._compile(staged, sig)
         except Exception as error:  # noqa: BLE001
+            if sig.dynamic:  # not generic in the sizes: compile for these sizes alone
+                set_rng_state(rng)
+                return self._static_instead(sig, error, args, kwargs, tensors)
             self._last = sig
             self._entries[sig] = _EAGER
             result = self._eager(*args, **kwargs)  # a bad input raises eager's own error here
@@ -338,9 +342,9 @@ class CompiledFunction:
         if steady not in self._entries:
             rng = get_rng_state()
             try:
-                entry = self._compile(self._staged(steady, args, kwargs, tensors), steady,
-                                      args, kwargs, tensors)
-                getattr(entry, "inner", entry).random.draw_fresh_seeds()  # trace's undone
+                with sizes_env(steady.dynamic):
+                    entry = self._compile(self._staged(steady, args, kwargs, tensors), steady)
+                entry.random.draw_fresh_seeds()  # the trace's seeds were undone
             except Exception as error:  # noqa: BLE001
                 self._last = steady
                 self._entries[steady] = _EAGER
@@ -354,21 +358,32 @@ class CompiledFunction:
                                      f"({type(error).__name__}: {error}); running eagerly"),
                       stacklevel=5)
 
-    def _compile(self, staged, sig, args, kwargs, tensors):
-        """Build and store the entry of the traced call ``staged`` for ``sig``."""
-        entry = self._dynamic.every_batch(staged, sig, args, kwargs, tensors) \
-            if sig.dynamic else None
-        if entry is None or not entry.checked:  # this call's batch size: its own kernel
-            if sig.dynamic:
-                self._entries[sig] = _STATIC if entry is None else entry
-                sig = replace(sig, inputs=tuple(spec_of(t) for t in tensors))
-            entry = staged.make({name: self._artifact(stage, name, staged.backend)
-                                 for name, stage in staged.built.stages.items()},
-                                staged.random)
+    def _compile(self, staged, sig):
+        """Build and store the entry of the traced call ``staged`` for ``sig`` (a dynamic
+        signature's joins its ``SizeFamily``; it is built under the active ShapeEnv)."""
+        entry = staged.make({name: self._artifact(stage, name, staged.backend)
+                             for name, stage in staged.built.stages.items()}, staged.random)
         self.compiles += 1
         self._last = sig
-        self._entries[sig] = entry
+        if sig.dynamic:
+            family = self._entries.get(sig)
+            if not isinstance(family, SizeFamily):
+                family = self._entries[sig] = SizeFamily()
+            family.entries.append(entry)
+        else:
+            self._entries[sig] = entry
         return entry
+
+    def _static_instead(self, sig, error, args, kwargs, tensors):
+        """A dynamic signature whose compile failed (``error``): warn, mark it ``_STATIC`` and
+        compile this call for its own sizes (``_new_entry`` of the concrete signature)."""
+        self._warn_once(("dynamic", str(error)),
+                        f"graphnn: {self.name}: dynamic=True: no kernel generic in the sizes "
+                        f"({type(error).__name__}: {error}); compiling per size")
+        if not isinstance(self._entries.get(sig), SizeFamily):
+            self._entries[sig] = _STATIC
+        return self._new_entry(replace(sig, inputs=tuple(spec_of(t) for t in tensors)),
+                               args, kwargs, tensors)
 
     def _trace(self, args, kwargs, holder, host_values):
         """Trace one call: (its graph with random seeds lifted, their ``RandomInputs``, for a
@@ -442,10 +457,14 @@ class CompiledFunction:
 
     def _artifact(self, stage, name, backend):
         """The artifact of one ``stages.Stage`` (``name``: inference, forward, backward, step)
-        for ``backend``."""
+        for ``backend``: a ``SymbolicArtifact`` while a ShapeEnv is active (``sizes_env``)."""
+        options = self._artifact_options(stage.plan, name)
+        env = current_env()
+        if env is not None:
+            return SymbolicArtifact(stage.graph, backend, env, stage.plan, options, self.name,
+                                    stage.schedule, sizes_given=name == "backward")
         return CompiledArtifact(stage.graph, backend, plan=stage.plan, name=self.name,
-                                options=self._artifact_options(stage.plan, name),
-                                schedule=stage.schedule)
+                                options=options, schedule=stage.schedule)
 
     def __deepcopy__(self, memo):
         """A copy bound to the copied module (compiled again at its first call)."""
@@ -457,7 +476,6 @@ class CompiledFunction:
         new._step_state = (StepState(new._fn) if new._module is None
                            else StepState.of_module(new._module))
         new._entries, new._last, new._lock = {}, None, threading.RLock()
-        new._dynamic = new._dynamic_batch()
         new._warned, new._warmed, new.recompile_reasons, new.compiles = set(), set(), [], 0
         return new
 
@@ -469,7 +487,7 @@ class CompiledFunction:
         if entry is None or entry is _EAGER:
             return {}
         return {stage: artifact.graph
-                for stage, artifact in getattr(entry, "inner", entry).artifacts.items()}
+                for stage, artifact in _latest(entry).artifacts.items()}
 
     def kernel_sources(self) -> dict:
         """The generated source of the most recently compiled signature, by stage
@@ -477,10 +495,15 @@ class CompiledFunction:
         entry = self._entries.get(self._last)
         if entry is None or entry is _EAGER:
             return {}
-        return getattr(entry, "inner", entry).sources()  # a dynamic signature's: its inner
+        return _latest(entry).sources()
 
     def __repr__(self):
         return f"<graphnn compiled {self.name}: {len(self._entries)} signatures>"
+
+
+def _latest(entry):
+    """A signature's entry; for a dynamic signature, the one compiled last."""
+    return entry.latest if isinstance(entry, SizeFamily) else entry
 
 
 def _changes_state_layout(changes, sig) -> bool:

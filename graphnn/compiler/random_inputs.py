@@ -18,8 +18,8 @@ same device under the same ``manual_seed``:
   host stream) per call. A seeded op with inputs (attention dropout) cannot be drawn so: the
   trace is refused (``HostStreamRefused``), and the call runs eagerly.
 
-With ``dynamic=True`` the values' shapes follow the batch size (``with_batch``); seeds have no
-shape.
+Seeds have no shape, so a kernel with symbolic sizes (``dynamic=True``) takes them as they are;
+host values are drawn only for device backends, which compile per size.
 """
 from __future__ import annotations
 
@@ -37,7 +37,6 @@ from ..ir.ops.attention_backward import BACKWARD, STATS
 from ..ir.registry import get_op
 from ..ir.types import TensorType
 from ..ir.verifier import verify_in_debug_mode
-from ..runtime.shape_template import LinearSize, NotGeneric
 
 SEED = TensorType((), int64)
 
@@ -51,13 +50,10 @@ class RandomInputs:
     """Random inputs lifted out of a graph, drawn per call with fresh seeds, in trace order,
     from graphnn's global generator (as eager draws them, so ``manual_seed`` reproduces):
     per input a spec ``(op, attrs, TensorType)``, ``op`` None for a seed (0-d int64), else the
-    random op whose values the input holds (drawn on the host). With ``shapes``
-    (``with_batch``), each value's shape follows the call's batch size, read off dim 0 of the
-    call's tensor number ``carrier``."""
+    random op whose values the input holds (drawn on the host)."""
 
-    def __init__(self, specs, shapes=None, carrier=None, traced=True):
+    def __init__(self, specs, traced=True):
         self.specs = specs
-        self.shapes, self.carrier = shapes, carrier  # one LinearSize per dim, per spec
         self._traced = traced  # the next call uses the seeds a trace drew (the compiling one)
         self._lock = threading.Lock()
 
@@ -70,23 +66,6 @@ class RandomInputs:
         """Draw fresh seeds from the next call on: the trace's draws were rolled back."""
         self._traced = False
 
-    def with_batch(self, probes, sizes, carrier):
-        """This list (a probe's) for every batch size, from the lists traced at ``sizes``;
-        it draws fresh seeds from its first call on."""
-        if not self.specs:
-            return RandomInputs([], traced=False)
-        if any([(op, set(a)) for op, a, _ in p.specs] != [(op, set(a)) for op, a, _ in self.specs]
-               for p in probes):
-            raise NotGeneric("the random values drawn differ between batch sizes")
-        shapes = []
-        for k, (op, attrs, t) in enumerate(self.specs):
-            traced = [tuple(p.specs[k][2].shape) for p in probes]
-            forms = tuple(LinearSize.fit(list(d), sizes) for d in zip(*traced))
-            if None in forms or (any(f.a for f in forms) and "shape" not in attrs):
-                raise NotGeneric(f"random values of shapes {traced} at batch sizes {sizes}")
-            shapes.append(forms)
-        return RandomInputs(self.specs, shapes, carrier, traced=False)
-
     def draw(self, tensors) -> list:
         """The host arrays of this call (whose tensors are ``tensors``): seeds, and values
         drawn with their op's reference; the launcher uploads them."""
@@ -94,16 +73,12 @@ class RandomInputs:
             return []
         with self._lock:
             traced, self._traced = self._traced, False
-        size = tensors[self.carrier]._data.shape[0] if self.shapes and not traced else None
         out = []
-        for k, (op, attrs, t) in enumerate(self.specs):
+        for op, attrs, t in self.specs:
             seed = attrs["seed"] if traced else next_seed()
             if op is None:
                 out.append(np.array(seed, np.int64))
                 continue
-            if size is not None:
-                shape = tuple(f.at(size) for f in self.shapes[k])
-                attrs, t = {**attrs, "shape": shape}, TensorType(shape, t.dtype)
             out.append(get_op(op).run([], {**attrs, "seed": seed}, [t])[0])
         return out
 

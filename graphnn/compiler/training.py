@@ -32,7 +32,8 @@ class TapeBackward:
 
     def __init__(self, forward, backward, launcher, wrt_params, wrt_inputs, targets, name,
                  wrap_device=None):
-        self.backward, self.launcher, self.wrap_device = backward, launcher, wrap_device
+        self.forward, self.backward = forward, backward
+        self.launcher, self.wrap_device = launcher, wrap_device
         self.wrt_params, self.wrt_inputs = wrt_params, wrt_inputs
         self.targets, self.name = targets, name
         self.backward_inputs = [v.name for v in backward.graph.inputs]
@@ -49,6 +50,8 @@ class TapeBackward:
         ``saved`` its saved device values."""
         feed = dict(zip(self.saved_names, saved))
         feed.update(zip(self.forward_inputs, arrays))
+        values_of = getattr(self.forward, "values_of", None)  # symbolic sizes: the forward's
+        sizes = values_of(arrays) if values_of is not None else None
         flat = flat_tensors(result)
         flat_targets = [flat[i] for i in self.targets]
         grad_inputs = [state[n] for n in self.wrt_params] + \
@@ -58,12 +61,12 @@ class TapeBackward:
         def on_backward(grads):
             if all(g is None for g in grads):
                 return [None] * len(names)
-            return self._gradients(grads, flat_targets, feed, state, names)
+            return self._gradients(grads, flat_targets, feed, state, names, sizes)
 
         if flat_targets:
             attach(flat_targets, grad_inputs, on_backward, f"Compiled{self.name}Backward")
 
-    def _gradients(self, grads, flat_targets, feed, state, names) -> list:
+    def _gradients(self, grads, flat_targets, feed, state, names, sizes) -> list:
         if is_grad_enabled():
             raise UnsupportedError(
                 f"{self.name}: backward through compiled code with create_graph=True "
@@ -77,7 +80,7 @@ class TapeBackward:
             else:  # a host gradient contiguous (a 0-d stays 0-d); a device one is
                 feed_now[key] = launcher.upload(g if on_device else np.asarray(g, order="C"))
         returned = launcher.launch(self.backward, [feed_now[n] for n in self.backward_inputs],
-                                   state)
+                                   state, sizes)
         res = self.backward.graph.unpack(returned)["grad"]
         if not on_device:
             res = launcher.to_host(res)

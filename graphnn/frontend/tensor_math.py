@@ -13,6 +13,7 @@ import numpy as np
 
 from ..ir.dtypes import LOW_PRECISION, bool_, float32, scalar_result_type
 from ..ir.errors import AttributeError_, DTypeError
+from ..ir.symbolic import Sym
 from .dispatch import apply1, apply_op
 from .trace_state import readable_data
 
@@ -40,6 +41,10 @@ def as_operand(value, like):
     from .tensor import Tensor
     if isinstance(value, Tensor):
         return value
+    if isinstance(value, Sym):  # a size while tracing with symbolic sizes: computed per call
+        dtype = scalar_result_type(like.dtype, value.hint)
+        return apply1("full", shape=(), value=value,
+                      dtype=float32 if dtype in LOW_PRECISION and like.ndim else dtype)
     if is_number(value):
         dtype = bool_ if isinstance(value, (bool, np.bool_)) else scalar_result_type(like.dtype, value)
         if dtype in LOW_PRECISION and like.ndim:

@@ -105,7 +105,7 @@ def _check_attr(op: str, name: str, spec: Attr, value):
         except TypeError:
             fail("a dtype")
     elif kind == "scalar":
-        if not isinstance(value, (int, float, bool, np.number, np.bool_)):
+        if not isinstance(value, (int, float, bool, np.number, np.bool_, Sym)):
             fail("a Python number")
         value = value.item() if isinstance(value, (np.number, np.bool_)) else value
     else:

@@ -121,7 +121,10 @@ class Guard:
 
     @property
     def text(self) -> str:
-        return f"{_render(dict(self.poly))} {self.relation} 0"
+        """``s1 == 20``, ``-s0+s1 > 0``: the symbols' terms, the relation, the constant."""
+        poly = dict(self.poly)
+        constant = poly.pop((), 0)
+        return f"{_render(poly)} {self.relation} {-constant}"
 
     def holds(self, values: dict) -> bool:
         return _RELATIONS[self.relation](_evaluate(dict(self.poly), values), 0)
@@ -294,6 +297,17 @@ class Sym:
         return self._binary(other, _poly_mul, operator.mul)
 
     __rmul__ = __mul__
+
+    def __pow__(self, exponent):
+        if isinstance(exponent, int) and not isinstance(exponent, bool) and exponent >= 0:
+            out = 1
+            for _ in range(exponent):
+                out = out * self
+            return out
+        return int(self) ** exponent
+
+    def __rpow__(self, base):
+        return base ** int(self)
 
     def __neg__(self):
         return _make({m: -c for m, c in self._poly.items()}, -self.hint)

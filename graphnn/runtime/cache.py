@@ -245,8 +245,8 @@ def _generated(generate) -> str:
 
 
 def get_source(schedule, backend, plan=None, options: str = "", kernel_id=None) -> str:
-    """The source for ``schedule`` without loading it (a dynamic kernel's probes, see
-    ``dynamic_artifact``): from memory, from a trusted disk cache (checksum verified), or
+    """The source for ``schedule`` without loading it (a kernel with symbolic sizes, loaded
+    per binding by ``symbolic_artifact``): from memory, from a trusted disk cache (checksum verified), or
     generated with ``kernel_id`` (then stored there)."""
     key = cache_key(str(schedule.graph), backend.version, f"{options};kernel_id={kernel_id}")
     hit = _remembered(_sources, key)
@@ -265,10 +265,10 @@ def get_source(schedule, backend, plan=None, options: str = "", kernel_id=None) 
 
 
 def kernel_from_source(source: str, backend):
-    """Load generated ``source`` (a dynamic kernel written out for one batch size, cheap to
-    make again) the way every kernel is loaded: from a file by import, never from a string.
+    """Load generated ``source`` (a kernel with symbolic sizes and one binding of them, cheap
+    to make again) the way every kernel is loaded: from a file by import, never from a string.
     The file goes to this process's private directory, so the disk cache keeps one entry per
-    compiled kernel, not one per batch size."""
+    compiled kernel, not one per binding of its sizes."""
     key = cache_key(source, backend.version, "source")
     return import_kernel(backend, write_entry(_private_fallback_dir(), key, source))
 

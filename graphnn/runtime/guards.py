@@ -18,8 +18,9 @@ The guard rules, in one place. A call's signature holds:
 Two calls with equal signatures can run the same kernel. ``describe_change`` says, readably,
 why a new signature needed a recompile (``input 0 shape [32,3,32,32] -> [16,3,32,32]``,
 ``module attributes of 'drop.p' '0.1' -> '0.2'``, naming only what changed). With
-``dynamic=True`` the batch dimension is left open (``None``, printed ``B``) by
-``with_dynamic_batch``, so one signature covers every batch size.
+``dynamic=True`` every input size of at least 2 is a symbol (``with_symbolic_sizes``: ``s0``,
+``s1``..., equal sizes sharing one), so one signature covers every size of that pattern; the
+guards a compilation records on the symbols (``ir.symbolic``) then choose among its entries.
 """
 from __future__ import annotations
 
@@ -57,8 +58,8 @@ class Signature:
 
     @property
     def dynamic(self) -> bool:
-        """The batch dimension is left open (``compile(..., dynamic=True)``)."""
-        return any(s.shape[:1] == (None,) for s in self.inputs)
+        """Sizes are symbols (``compile(..., dynamic=True)``: ``with_symbolic_sizes``)."""
+        return any(isinstance(d, str) for s in self.inputs for d in s.shape)
 
     @property
     def needs_grad(self) -> bool:
@@ -88,18 +89,21 @@ def spec_of(tensor) -> TensorSpec:
 
 
 def _shape(shape) -> str:
-    return "[" + ",".join("B" if d is None else str(d) for d in shape) + "]"
+    return "[" + ",".join(map(str, shape)) + "]"
 
 
-def with_dynamic_batch(specs: tuple, smallest: int = 2):
-    """``specs`` with the batch dimension left open (``None``, shown as ``B``): dim 0 of every
-    input whose dim 0 equals that of the first input with a dimension, when that size is at
-    least ``smallest``; None when there is no such batch dimension."""
-    batch = next((s.shape[0] for s in specs if s.shape), None)
-    if batch is None or batch < smallest:
-        return None
-    return tuple(s._replace(shape=(None,) + s.shape[1:])
-                 if s.shape and s.shape[0] == batch else s for s in specs)
+def with_symbolic_sizes(specs: tuple, smallest: int = 2) -> tuple:
+    """``specs`` with every dimension of at least ``smallest`` replaced by a size symbol's name
+    (``compile(..., dynamic=True)``): one name per distinct size, ``s0``, ``s1``... in order of
+    appearance, so the signature keeps which inputs' sizes are equal (as
+    ``ir.symbolic.ShapeEnv.input_shape`` assumes) and every size of that pattern shares it."""
+    names: dict = {}
+
+    def name(size):
+        if size < smallest:
+            return size
+        return names.setdefault(size, f"s{len(names)}")
+    return tuple(s._replace(shape=tuple(name(d) for d in s.shape)) for s in specs)
 
 
 def _spec_changes(what: str, old: TensorSpec, new: TensorSpec) -> list:

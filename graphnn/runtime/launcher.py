@@ -107,9 +107,12 @@ class Launcher:
         artifact.check(arrays)
         return self.launch(artifact, [self.upload(a) for a in arrays], state)
 
-    def launch(self, artifact, device_arrays, state: dict):
-        """``run`` for inputs already on the device (not checked)."""
+    def launch(self, artifact, device_arrays, state: dict, sizes=None):
+        """``run`` for inputs already on the device (not checked); ``sizes``: the values of a
+        ``SymbolicArtifact``'s size symbols, when its inputs do not carry them all."""
         params = self.state_arrays(artifact.param_names, state)
+        if sizes is not None:
+            return artifact.launch(device_arrays, params, self.to_host, sizes)
         return artifact.launch(device_arrays, params, self.to_host)
 
     def upload(self, host):

@@ -28,6 +28,10 @@ def _shape_text(shape) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
 
+def _binding_text(values: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+
+
 def evaluate(size, values: dict) -> int:
     """A dimension (an int or a Sym) at the symbol ``values``."""
     return size.evaluate(values) if isinstance(size, Sym) else size
@@ -44,7 +48,7 @@ class SymbolicArtifact:
     ``CompiledArtifact``: ``check``, ``launch``, ``run``, ``source``, ``graph``."""
 
     def __init__(self, graph, backend, env, plan=None, options: str = "", name: str = "",
-                 schedule=None):
+                 schedule=None, sizes_given: bool = False):
         self.graph = graph
         self.name = name or graph.name
         self.env = env
@@ -53,17 +57,19 @@ class SymbolicArtifact:
         self.input_types = [v.type for v in graph.inputs]
         self.param_names = [v.name for v in graph.params]
         self.output_types = [(v.name, v.type) for v in graph.output_values()]
-        self.source = cache.get_source(self.schedule, backend, plan, options, KERNEL_ID)
-        self._readers = self._symbol_readers()
+        self._readers = self._symbol_readers(sizes_given)
+        self.source = self._preamble() + cache.get_source(self.schedule, backend, plan, options,
+                                                          KERNEL_ID)
         self._backend = backend
         self._kernels = OrderedDict()  # binding (tuple of items) -> kernel
         self._lock = threading.Lock()
         self._local = threading.local()
         self.calls = 0
 
-    def _symbol_readers(self) -> dict:
+    def _symbol_readers(self, sizes_given: bool) -> dict:
         """symbol name -> (input, dim) whose size is that symbol; UnboundSymbol when a symbol
-        the graph uses is no input dimension of its own."""
+        the graph uses is no input dimension of its own, unless the caller gives every call's
+        sizes (``sizes_given``: a backward kernel, launched with its forward's)."""
         readers = {}
         for i, t in enumerate(self.input_types):
             for d, size in enumerate(t.shape):
@@ -76,10 +82,17 @@ class SymbolicArtifact:
                 if isinstance(size, Sym):
                     used |= size.symbols
         missing = sorted(used - set(readers))
-        if missing:
+        if missing and not sizes_given:
             raise UnboundSymbol(f"compiled {self.name}: size symbol(s) {', '.join(missing)} are "
                                 f"no input dimension of their own")
         return readers
+
+    def _preamble(self) -> str:
+        """Comments saying where each size symbol is read and which guards the sizes meet."""
+        where = ", ".join(f"{name} = input {i} dim {d}"
+                          for name, (i, d) in sorted(self._readers.items()))
+        guards = "; ".join(g.text for g in self.env.guards) or "none"
+        return f"# size symbols: {where or 'given by the forward'}\n# guards: {guards}\n"
 
     def bind(self, arrays) -> dict:
         """The symbol values the host (or device) ``arrays`` carry; GuardError naming the input
@@ -88,20 +101,25 @@ class SymbolicArtifact:
         if len(arrays) != len(self.input_types):
             raise GuardError(f"{where}: expected {len(self.input_types)} tensor inputs, got "
                              f"{len(arrays)}")
-        values = {name: int(arrays[i].shape[d]) if len(arrays[i].shape) > d else -1
-                  for name, (i, d) in self._readers.items()}
+        values = {name: int(arrays[i].shape[d]) if len(getattr(arrays[i], "shape", ())) > d
+                  else -1 for name, (i, d) in self._readers.items()}
         for i, (t, a) in enumerate(zip(self.input_types, arrays)):
             shape = tuple(getattr(a, "shape", ()))
             want = tuple(evaluate(s, values) for s in t.shape)
             if shape != want:
                 raise GuardError(f"{where}: input {i} expected shape {_shape_text(t.shape)} "
-                                 f"({_shape_text(want)} with "
-                                 f"{', '.join(f'{k}={v}' for k, v in sorted(values.items()))}), "
+                                 f"({_shape_text(want)} with {_binding_text(values)}), "
                                  f"got {_shape_text(shape)}")
         failed = self.guard_failure(values)
         if failed is not None:
-            raise GuardError(f"{where}: the sizes {values} break the guard {failed}")
+            raise GuardError(f"{where}: the sizes {_binding_text(values)} break the guard "
+                             f"{failed}")
         return values
+
+    def values_of(self, arrays) -> dict:
+        """The symbol values the call's arrays carry (the tensor inputs suffice: every symbol
+        is read off one of them), unchecked."""
+        return {name: int(arrays[i].shape[d]) for name, (i, d) in self._readers.items()}
 
     def guard_failure(self, values: dict):
         """None when ``values`` satisfy every guard, else the first failing guard's text."""
@@ -140,15 +158,16 @@ class SymbolicArtifact:
             by_size.move_to_end(key)
         return buffers
 
-    def launch(self, arrays, params: dict, to_host=None):
+    def launch(self, arrays, params: dict, to_host=None, sizes=None):
         """The kernel's outputs for checked inputs (arrays of the backend's device), at the
-        sizes they carry."""
-        values = {name: int(arrays[i].shape[d]) for name, (i, d) in self._readers.items()}
+        sizes they carry, or at ``sizes`` (symbol -> value) when given."""
+        values = self.values_of(arrays) if sizes is None else sizes
         kernel = self.kernel_for(values)
         self.calls += 1
         results = kernel(list(arrays), params, self._buffers(tuple(sorted(values.items()))))
         if debug_mode.ENABLED:
-            debug.check_outputs(f"compiled {self.name} (graph {self.graph.name}, {values})",
+            debug.check_outputs(f"compiled {self.name} (graph {self.graph.name}, "
+                                f"{_binding_text(values)})",
                                 self.output_types_at(values),
                                 to_host(results) if to_host else results)
         return results

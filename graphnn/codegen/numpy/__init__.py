@@ -13,4 +13,5 @@ from .backend import BACKEND_VERSION, generate
 from .conv import choose_layout
 
 BACKEND = Backend(name="numpy", version=BACKEND_VERSION, device=HOST, kernel_kinds=ALL_KINDS,
-                  native_ops=frozenset(REGISTRY), generate=generate, conv_layout=choose_layout)
+                  native_ops=frozenset(REGISTRY), generate=generate, conv_layout=choose_layout,
+                  symbolic_sizes=True)

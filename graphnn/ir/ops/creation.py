@@ -16,6 +16,7 @@ import numpy as np
 from ..dtypes import finfo, float32, int64
 from ..errors import AttributeError_, DTypeError, ShapeError
 from ..registry import Attr, NotDifferentiable, OpDef, OpGroup, register
+from ..symbolic import Sym, as_size
 from ..types import INT64_MAX, TensorType
 from .shape_rules import checked_shape
 
@@ -128,7 +129,7 @@ def _arange_bounds(start, end, step, dtype):
         raise ShapeError(f"arange: unsupported range {start} -> {end} with step {step} (bounds "
                          f"and step must be finite)")
     try:
-        start, end, step = (float(v) if dtype.is_floating_point else int(v) for v in bounds)
+        start, end, step = (float(v) if dtype.is_floating_point else as_size(v) for v in bounds)
     except OverflowError:
         raise ShapeError(f"arange: the range {start} -> {end} with step {step} is beyond "
                          f"float64") from None
@@ -142,7 +143,7 @@ def _arange_bounds(start, end, step, dtype):
         size = math.ceil(quotient) if math.isfinite(quotient) else math.inf
     else:
         size = -((start - end) // step)
-    if size > INT64_MAX:
+    if not isinstance(size, Sym) and size > INT64_MAX:
         raise ShapeError(f"arange: the range {start} -> {end} with step {step} has more than "
                          f"{INT64_MAX} elements (the int64 limit)")
     return start, step, size
