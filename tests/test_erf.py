@@ -81,3 +81,20 @@ def test_special_values_shapes_and_dtypes(dtype):
     grid = np.linspace(-4, 4, 3 * erf_module.BLOCK + 7).astype(dtype).reshape(-1, 1)[::2]
     expected = torch.erf(torch.from_numpy(grid.astype(np.float64))).numpy().astype(dtype)
     np.testing.assert_allclose(erf(grid), expected, rtol=2 * np.finfo(dtype).eps, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_values_far_from_zero_in_many_blocks(dtype):
+    """Blocks with few values at or above 1 (gathered across blocks and overwritten together
+    once a block of them has gathered, and at the last block) and with many (overwritten in
+    their block) agree with torch."""
+    rng = np.random.default_rng(5)
+    n = 20 * erf_module.BLOCK + 11
+    x = rng.normal(0, 0.3, n)
+    x[rng.integers(0, n, 300)] = rng.uniform(-7, 7, 300)  # a few far values in most blocks
+    x[-3:] = [np.inf, -1.5, np.nan]
+    x[5 * erf_module.BLOCK:6 * erf_module.BLOCK] *= 10  # one block of mostly far values
+    x[8 * erf_module.BLOCK:] *= 2  # about a tenth far: a block's worth gathers
+    x = x.astype(dtype)
+    expected = torch.erf(torch.from_numpy(x.astype(np.float64))).numpy().astype(dtype)
+    np.testing.assert_allclose(erf(x), expected, rtol=2 * np.finfo(dtype).eps, atol=0)

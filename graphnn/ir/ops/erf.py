@@ -67,28 +67,30 @@ def _polynomial(coefficients, u):
     return p
 
 
-def _erf_of_magnitude(a, table):
-    """erf of the non-negative (or NaN) float64 values ``a``, by the pieces of the module
-    docstring; a new array. The first piece's polynomial is evaluated on every element (no
-    gather and scatter: most values lie there); those at or above 1, and NaN, are then
-    overwritten from the other pieces, which gather only them. Overflow in the first piece's
-    polynomial of a large ``a`` is harmless (that value is overwritten), so the caller ignores
-    floating-point warnings."""
-    u = a * a
+def _erf_near_zero(x, table):
+    """erf of float64 ``x`` by the first piece, ``x * f(t)`` (x's sign included, so no
+    copysign), as a new array, and ``u = 2t - 1``, which is 1 or more exactly where
+    ``|x| >= 1`` (t = x² is below 1 there, and 2t - 1 then too; for a float32 x, t is exact).
+    Elements at or above 1 get meaningless values (inf or NaN on overflow: the caller ignores
+    floating-point warnings) that the other pieces overwrite; NaN stays NaN."""
+    u = x * x
     u *= 2.0
     u -= 1.0
     y = _polynomial(table[0], u)
-    y *= a
-    outside = np.flatnonzero(~(a < 1.0))
-    if not outside.size:
-        return y
-    x = a[outside]
-    z = np.minimum(x, 1.0)  # 1 from 6 on (and for inf), NaN for NaN; the pieces overwrite
+    y *= x
+    return y, u
+
+
+def _erf_far_from_zero(x, table):
+    """erf of float64 ``x`` with ``|x| >= 1`` (inf included), by the other pieces (1 from 6
+    on), with x's sign; a new array."""
+    a = np.abs(x)
+    z = np.minimum(a, 1.0)  # 1 from 6 on (and for inf); the pieces overwrite the rest
     for coefficients, (low, high, scale, shift) in zip(table[1:], H_PIECES):
-        where = np.flatnonzero((x >= low) & (x < high))
+        where = np.flatnonzero((a >= low) & (a < high))
         if not where.size:
             continue
-        xs = x[where]
+        xs = a[where]
         s = 1.0 / xs
         u = s * scale
         u += shift
@@ -96,22 +98,35 @@ def _erf_of_magnitude(a, table):
         tail *= s
         tail *= np.exp(-(xs * xs))
         z[where] = 1.0 - tail
-    y[outside] = z
-    return y
+    return np.copysign(z, x, out=z)
 
 
 def erf(x: np.ndarray) -> np.ndarray:
     """The error function of a floating array, elementwise, as a new array of x's dtype and
     shape: erf(±0) = ±0, erf(±inf) = ±1, NaN stays NaN. Accurate to about 1 ulp of float64 for
     float64 input; narrower inputs are computed in float64 with the ``SINGLE`` coefficients and
-    rounded once."""
+    rounded once. The first piece runs on every element, a block at a time (most values lie
+    there: no gather and scatter); a block's elements at or above 1 are overwritten from the
+    other pieces in the block when they are many, else gathered with later blocks' and
+    overwritten once about a block of them has gathered (so that the pieces' fixed cost is
+    paid once for many blocks where, as in a GELU, few values lie there)."""
     table = DOUBLE if x.dtype == np.float64 else SINGLE
     flat = np.ascontiguousarray(x).reshape(-1)
     out = np.empty(flat.shape, x.dtype)
+    far, count = [], 0
     with np.errstate(all="ignore"):
         for start in range(0, flat.size, BLOCK):
             part = flat[start:start + BLOCK].astype(np.float64)
-            y = _erf_of_magnitude(np.abs(part), table)
-            np.copysign(y, part, out=y)
+            y, u = _erf_near_zero(part, table)
+            where = np.flatnonzero(u >= 1.0)
+            if where.size > BLOCK // 8:
+                y[where] = _erf_far_from_zero(part[where], table)
+            elif where.size:
+                far.append(where + start)
+                count += where.size
             out[start:start + BLOCK] = y
+            if far and (count >= BLOCK or start + BLOCK >= flat.size):
+                where = np.concatenate(far) if len(far) > 1 else far[0]
+                out[where] = _erf_far_from_zero(flat[where].astype(np.float64), table)
+                far, count = [], 0
     return out.reshape(x.shape)
