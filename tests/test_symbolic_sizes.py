@@ -60,11 +60,16 @@ def test_int_specialises_and_fixes_the_symbol():
     assert env.check({"B": 3, "T": 11}) == "T == 10"
 
 
-def test_input_shapes_share_one_symbol_per_size():
+def test_every_input_size_is_a_symbol_of_its_own_until_a_guard_equates_them():
     env = S.ShapeEnv()
     x, y, z = env.input_shape((16, 8, 1)), env.input_shape((16,)), env.input_shape((8, 0))
-    assert str(x[0]) == str(y[0]) == "s0" and str(x[1]) == str(z[0]) == "s1"
-    assert x[2] == 1 and z[1] == 0
+    assert [str(d) for d in x + y + z] == ["s0", "s1", "1", "s2", "s3", "0"]
+    with S.active_env(env):
+        assert x[0] == y[0]  # a batch shared by inputs and labels: equal by a guard
+        assert x[0] * x[1] == y[0] * x[1]  # decided by the replacement s2 -> s0, no new guard
+        assert x[1] * 2 == 16  # s1 fixed to 8
+        assert z[0] * y[0] == 8 * x[0]  # s3 is independent of s1: needs its own guard
+    assert [g.text for g in env.guards] == ["s0-s2 == 0", "2*s1 == 16", "s0*s3-8*s0 == 0"]
 
 
 @pytest.fixture(scope="module")

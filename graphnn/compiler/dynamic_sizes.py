@@ -1,7 +1,7 @@
 """``compile(..., dynamic=True)``: entries compiled once for symbolic sizes.
 
 A dynamic signature (``runtime.guards.with_symbolic_sizes``: every input size of at least 2 is a
-symbol, equal sizes share one) holds a ``SizeFamily``: the entries compiled for it. Each was
+symbol of its own) holds a ``SizeFamily``: the entries compiled for it. Each was
 traced, optimized and generated under its own ``ir.symbolic.ShapeEnv`` (``sizes_env``) at the
 sizes of the call that compiled it, so its kernels compute with the symbols, and it is valid
 wherever that env's guards hold (its first artifact is a ``runtime.symbolic_artifact

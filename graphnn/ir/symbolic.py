@@ -136,8 +136,7 @@ class ShapeEnv:
 
     hints: dict = field(default_factory=dict)
     guards: list = field(default_factory=list)
-    by_value: dict = field(default_factory=dict)  # size -> its input symbol (input_shape)
-    fixed: dict = field(default_factory=dict)  # symbol -> the value an equality guard gave it
+    fixed: dict = field(default_factory=dict)  # symbol -> what an equality guard made it
 
     def symbol(self, name: str, hint: int) -> "Sym":
         if hint < SMALLEST:
@@ -146,33 +145,36 @@ class ShapeEnv:
         return Sym({(name,): 1}, hint)
 
     def input_shape(self, shape) -> tuple:
-        """A traced input's shape with every dimension of at least SMALLEST made a symbol: one
-        symbol per distinct size, ``s0``, ``s1``... in order of appearance (equal sizes share
-        one, as the signature's pattern assumes: ``guards.with_symbolic_sizes``)."""
-        out = []
-        for size in shape:
-            if size < SMALLEST:
-                out.append(size)
-                continue
-            sym = self.by_value.get(size)
-            if sym is None:
-                sym = self.by_value[size] = self.symbol(f"s{len(self.by_value)}", size)
-            out.append(sym)
-        return tuple(out)
+        """A traced input's shape with every dimension of at least SMALLEST made a symbol of its
+        own, ``s0``, ``s1``... in order. Sizes that must be equal (a batch shared by inputs and
+        labels) become so by the guards the shape rules record, not by coincidence of values:
+        a cache length that happens to equal the head count stays its own size."""
+        return tuple(size if size < SMALLEST else self.symbol(f"s{len(self.hints)}", size)
+                     for size in shape)
 
     def record(self, poly: dict, relation: str) -> None:
-        """Add the guard ``poly <relation> 0``; an equality that fixes one symbol
-        (``s2 - 32 == 0``) also fixes it for later decisions (``fixed``)."""
+        """Add the guard ``poly <relation> 0``. An equality that gives a symbol as a value or
+        as another symbol (``s2 - 32 == 0``, ``s3 - s0 == 0``) also replaces it in later
+        decisions (``fixed``: the highest-numbered symbol of such a pair goes)."""
+        terms = [m for m in poly if m]
+        if relation in ("==", "!=") and terms and \
+                poly[min(terms, key=lambda m: (-len(m), m))] < 0:  # s0-s2, not -s0+s2
+            poly = {m: -c for m, c in poly.items()}
         guard = Guard(tuple(sorted(poly.items())), relation)
         if guard not in self.guards:
             self.guards.append(guard)
-        if relation == "==" and len(poly) <= 2 and all(len(m) <= 1 for m in poly):
-            linear = [(m[0], c) for m, c in poly.items() if m]
-            if len(linear) == 1:
-                name, coef = linear[0]
-                value, remainder = divmod(-poly.get((), 0), coef)
-                if not remainder:
-                    self.fixed[name] = value
+        if relation != "==" or not all(len(m) <= 1 for m in poly):
+            return
+        linear = sorted(((m[0], c) for m, c in poly.items() if m),
+                        key=lambda nc: int(nc[0][1:]) if nc[0][1:].isdigit() else -1)
+        constant = poly.get((), 0)
+        if len(linear) == 1:
+            (name, coef), = linear
+            value, remainder = divmod(-constant, coef)
+            if not remainder:
+                self.fixed[name] = {(): value} if value else {}
+        elif len(linear) == 2 and not constant and linear[0][1] == -linear[1][1]:
+            self.fixed[linear[1][0]] = {(linear[0][0],): 1}
 
     def check(self, values: dict) -> str | None:
         """None when the symbol ``values`` are all at least SMALLEST and satisfy every guard,
@@ -209,19 +211,17 @@ class active_env:
 
 
 def _substituted(poly: dict, fixed: dict) -> dict:
-    """``poly`` with the symbols in ``fixed`` (name -> value) replaced by their values."""
-    if not fixed:
-        return poly
-    out: dict = {}
-    for monomial, coef in poly.items():
-        rest = []
-        for name in monomial:
-            if name in fixed:
-                coef *= fixed[name]
-            else:
-                rest.append(name)
-        out[tuple(rest)] = out.get(tuple(rest), 0) + coef
-    return {m: c for m, c in out.items() if c}
+    """``poly`` with the symbols in ``fixed`` (name -> polynomial) replaced, until none is
+    left (a replacement names only lower-numbered symbols, so this ends)."""
+    while fixed and any(name in fixed for m in poly for name in m):
+        out: dict = {}
+        for monomial, coef in poly.items():
+            term = {(): coef}
+            for name in monomial:
+                term = _poly_mul(term, fixed.get(name, {(name,): 1}))
+            out = _poly_add(out, term)
+        poly = out
+    return poly
 
 
 def _decide(poly: dict, relation: str, hint_value: int) -> bool:
@@ -458,3 +458,27 @@ def symbolic_node(node) -> bool:
     """Whether a graph node's output shapes or attributes hold a symbolic size."""
     return any(is_symbolic(v.type.shape) for v in node.outputs) or \
         any(_holds_sym(a) for a in node.attrs.values())
+
+
+def same_size(a, b) -> bool:
+    """Whether two sizes (ints or Syms) are the same for every size the recorded guards
+    allow: the same polynomial once the symbols an equality guard replaced are substituted.
+    Records no guard: for questions of identity ("same type?"), not of value."""
+    if not isinstance(a, Sym) and not isinstance(b, Sym):
+        return a == b
+    pa, pb = (_as_poly(x)[0] for x in (a, b))
+    env = _ACTIVE.get()
+    if env is not None:
+        pa, pb = _substituted(pa, env.fixed), _substituted(pb, env.fixed)
+    return pa == pb
+
+
+def same_shape(a, b) -> bool:
+    """Whether two shapes are the same dimension by dimension (``same_size``)."""
+    return len(a) == len(b) and all(same_size(x, y) for x, y in zip(a, b))
+
+
+def hint_of(size) -> int:
+    """A size's value in the compiling call (an int as it is): for statistics and reports,
+    never for decisions."""
+    return size.hint if isinstance(size, Sym) else size

@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass
 
 from .dtypes import DType
-from .symbolic import Sym
+from .symbolic import Sym, same_shape
 
 INT64_MAX = 2 ** 63 - 1
 """The largest dimension and the largest element count a shape may have: sizes and flat
@@ -38,12 +38,22 @@ def shape_problem(shape) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TensorType:
-    """Shape (a tuple of non-negative ints) and dtype of a tensor value."""
+    """Shape (a tuple of non-negative ints, or ``symbolic.Sym`` sizes) and dtype of a tensor
+    value. Two types are equal when their dtypes are and their shapes are the same
+    dimension by dimension, a symbolic size only to the same polynomial: comparing types
+    never records a guard (a pass asking "same type?" must not specialise a size)."""
 
     shape: tuple
     dtype: DType
+
+    def __eq__(self, other):
+        return isinstance(other, TensorType) and self.dtype == other.dtype and \
+            same_shape(self.shape, other.shape)
+
+    def __hash__(self):
+        return hash((self.shape, self.dtype))
 
     @property
     def ndim(self) -> int:

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from ..ir.graph import Graph, Node
-from ..ir.errors import ShapeError
-from ..ir.ops.shape_rules import broadcast_shapes, fmt_shape, normalize_dims
+from ..ir.ops.shape_rules import fmt_shape, normalize_dims
 from ..ir.printer import ROOT_SCOPE
 from ..ir.registry import OpGroup, get_op
 from ..ir.rewrite import Rewriter
+from ..ir.symbolic import Sym, same_size
 
 MEMBER_GROUPS = (OpGroup.ELEMENTWISE, OpGroup.REDUCTION, OpGroup.NORMALIZATION)
 PIVOT_GROUPS = (OpGroup.REDUCTION, OpGroup.NORMALIZATION)
@@ -47,10 +47,11 @@ def lines_up_with_broadcasting(pivot: Node) -> bool:
 
 
 def _fits(shape, target) -> bool:
-    try:
-        return broadcast_shapes("fuse_elementwise", [shape, target]) == tuple(target)
-    except ShapeError:
-        return False
+    """Whether ``shape`` broadcasts to exactly ``target`` (sizes compared by identity: no
+    guard on symbolic sizes)."""
+    return len(shape) <= len(target) and all(
+        not isinstance(d, Sym) and d == 1 or same_size(d, t)
+        for d, t in zip(reversed(shape), reversed(target)))
 
 
 def op_and_scope(node: Node) -> str:

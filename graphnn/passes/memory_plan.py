@@ -48,6 +48,7 @@ from ..ir.errors import GraphnnError
 from ..ir.graph import Graph
 from ..ir.registry import OpGroup, get_op, is_view
 from ..ir.schedule import KernelKind, Schedule
+from ..ir.symbolic import hint_of
 from .fuse_elementwise import describe, op_and_scope
 from .liveness import Liveness, analyze, nbytes
 from .schedule import build_schedule
@@ -316,7 +317,7 @@ def _assign(planner: _Planner, update_root: dict, donated) -> tuple:
                 arena.buffers[index].values.append(root)
                 holders[index] += 1
                 arena_live += arena.buffers[index].nbytes if holders[index] == 1 else 0
-        if arena_live > busiest[1]:
+        if hint_of(arena_live) > hint_of(busiest[1]):  # a statistic: sizes at their hints
             busiest = (step, arena_live)
         for storage in ending[step]:
             index = holder[storage.root.name]

@@ -18,9 +18,9 @@ The guard rules, in one place. A call's signature holds:
 Two calls with equal signatures can run the same kernel. ``describe_change`` says, readably,
 why a new signature needed a recompile (``input 0 shape [32,3,32,32] -> [16,3,32,32]``,
 ``module attributes of 'drop.p' '0.1' -> '0.2'``, naming only what changed). With
-``dynamic=True`` every input size of at least 2 is a symbol (``with_symbolic_sizes``: ``s0``,
-``s1``..., equal sizes sharing one), so one signature covers every size of that pattern; the
-guards a compilation records on the symbols (``ir.symbolic``) then choose among its entries.
+``dynamic=True`` every input size of at least 2 is a symbol (``with_symbolic_sizes``), so one
+signature covers every size; the guards a compilation records on the symbols (``ir.symbolic``)
+then choose among its entries.
 """
 from __future__ import annotations
 
@@ -93,17 +93,12 @@ def _shape(shape) -> str:
 
 
 def with_symbolic_sizes(specs: tuple, smallest: int = 2) -> tuple:
-    """``specs`` with every dimension of at least ``smallest`` replaced by a size symbol's name
-    (``compile(..., dynamic=True)``): one name per distinct size, ``s0``, ``s1``... in order of
-    appearance, so the signature keeps which inputs' sizes are equal (as
-    ``ir.symbolic.ShapeEnv.input_shape`` assumes) and every size of that pattern shares it."""
-    names: dict = {}
-
-    def name(size):
-        if size < smallest:
-            return size
-        return names.setdefault(size, f"s{len(names)}")
-    return tuple(s._replace(shape=tuple(name(d) for d in s.shape)) for s in specs)
+    """``specs`` with every dimension of at least ``smallest`` replaced by ``"s"``, a size
+    symbol (``compile(..., dynamic=True)``): the signature keeps ranks, dtypes and the sizes
+    below ``smallest`` (0 and 1 specialise, as in PyTorch); the guards a compilation records on
+    its symbols (``ir.symbolic``) decide which sizes its kernels serve."""
+    return tuple(s._replace(shape=tuple(d if d < smallest else "s" for d in s.shape))
+                 for s in specs)
 
 
 def _spec_changes(what: str, old: TensorSpec, new: TensorSpec) -> list:
