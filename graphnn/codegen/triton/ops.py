@@ -18,9 +18,9 @@ interpreter and its compiler alike): a float constant equal to 0 (a ``-0.0`` lit
 ``tl.full(..., -0.0, ...)``) becomes +0.0, and unary minus on a float tensor is ``0 - x``, so
 ``-x`` of +0.0 is +0.0. Hence a float negation whose zero sign matters is ``negated(x)`` (a
 product by -1.0) and a -0.0 constant is ``NEGATIVE_ZERO`` (the sign bit bitcast to float32,
-folded to a -0.0 constant when compiled). 3.6's interpreter also computes ``tl.fma`` as a
-rounded product plus an add, so exact product errors are ``product_error``: ``tl.fma`` in the
-GPU form, Dekker's product in the interpreter form.
+which the compiled code keeps as the bits 0x80000000). 3.6's interpreter also computes
+``tl.fma`` as a rounded product plus an add, so exact product errors are ``product_error``:
+``tl.fma`` in the GPU form, Dekker's product in the interpreter form.
 """
 from __future__ import annotations
 
@@ -78,8 +78,9 @@ _SPLIT = 134217729.0  # 2**27 + 1: Veltkamp's factor for float64
 
 
 def _halves(x: str, em) -> tuple:
-    """Veltkamp's split of a float64 ``x`` (``|x| < 2**996``) into ``hi + lo == x``, each with
-    at most 26 significant bits, so products of halves are exact."""
+    """Veltkamp's split of a float64 ``x`` with ``|x| < 1.3e300`` (so that ``_SPLIT * x`` is
+    finite) into ``hi + lo == x``, each with at most 26 significant bits, so products of halves
+    are exact."""
     c = em.tmp(f"{_SPLIT} * {x}")
     hi = em.tmp(f"{c} - ({c} - {x})")
     return hi, em.tmp(f"{x} - {hi}")
@@ -87,7 +88,7 @@ def _halves(x: str, em) -> tuple:
 
 def product_error(a: str, b: str, p: str, em) -> str:
     """``a * b - p`` exactly, for float64 ``a``, ``b`` and their rounded product ``p``, as long
-    as ``|a|, |b| < 2**996`` and no partial product underflows. The GPU form is ``tl.fma`` (one
+    as ``|a|, |b| < 1.3e300`` and no partial product underflows. The GPU form is ``tl.fma`` (one
     fused instruction). The interpreter form is Dekker's exact product from Veltkamp halves,
     since Triton 3.6's interpreter rounds ``tl.fma``'s product; the GPU form cannot take it,
     as the compiler may contract its products and sums into fmas, which breaks the split."""
