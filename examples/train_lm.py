@@ -7,8 +7,9 @@ The text is real English that ships with the machine: the GPL-3 under
 /usr/share/common-licenses (Debian's base-files) or, failing that, Python's own LICENSE.txt or
 the Zen of Python (the ``this`` module). Character-level tokens; AdamW; the held-out loss is
 printed as it falls. About 35-40 s of CPU time for the default 200 steps (2-core machine).
-Then the model writes text: one compiled sampling step (forward, temperature, top-k, softmax,
-multinomial) per character, over a fixed-size window so that it compiles once.
+Then the model writes text twice: one compiled sampling step (forward, temperature, top-k,
+softmax, multinomial) per character over a fixed-size window, and with a key/value cache, one
+token per step, compiled once with ``dynamic=True`` for every cache length.
 
     python examples/train_lm.py [--steps 200] [--seed 0] [--text PATH]
                                 [--sample-chars 200] [--temperature 0.8] [--top-k 10]
@@ -96,6 +97,72 @@ def sampling_step(model, temperature: float, top_k: int):
     return sample_next
 
 
+def _attend(block, x, cache_k, cache_v, causal: bool):
+    """``block`` (a pre-norm causal TransformerBlock, eval mode) on ``x`` (1, T, d) whose keys
+    and values follow the cached ones (1, heads, t, d/heads): (its output, the keys and values
+    of all t + T positions). ``causal``: the T new positions attend causally among
+    themselves (a prompt after an empty cache); T = 1 attends to every cached position."""
+    attn = block.self_attn
+    heads, width = attn.num_heads, attn.head_dim
+
+    def split(y):  # (1, T, d) -> (1, heads, T, d/heads)
+        return y.reshape(1, y.shape[1], heads, width).transpose(1, 2)
+    q, k, v = F.linear(block.norm1(x), attn.in_proj_weight, attn.in_proj_bias).split(
+        attn.embed_dim, -1)
+    keys = graphnn.cat([cache_k, split(k)], 2)
+    values = graphnn.cat([cache_v, split(v)], 2)
+    out = F.scaled_dot_product_attention(split(q), keys, values, is_causal=causal)
+    x = x + attn.out_proj(out.transpose(1, 2).reshape(1, x.shape[1], attn.embed_dim))
+    x = x + block.linear2(block.activation(block.linear1(block.norm2(x))))
+    return x, keys, values
+
+
+def cached_step(model, temperature: float, top_k: int, prompt: bool):
+    """A sampling step with a key/value cache, to compile with ``dynamic=True``: (tokens
+    (1, T) int64, keys, values: tuples with one (1, heads, t, d/heads) tensor per block, the t
+    positions before ``tokens``) -> (the next token (1, 1), keys and values of all t + T
+    positions). ``prompt``: the tokens follow an empty cache (t = 0) and attend causally;
+    otherwise T = 1. The cache length t and the prompt length T are symbolic sizes: one
+    kernel serves every length, so generation compiles once, not once per token."""
+    def step(tokens, keys, values):
+        x = model.tok_emb(tokens) * math.sqrt(model.d_model)
+        x = model.pos_enc(x, offset=keys[0].shape[2])
+        new_keys, new_values = [], []
+        for block, cache_k, cache_v in zip(model.blocks, keys, values):
+            x, k, v = _attend(block, x, cache_k, cache_v, causal=prompt)
+            new_keys.append(k)
+            new_values.append(v)
+        logits = model.head(model.norm(x[:, -1])) / temperature
+        kth_best = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth_best, float("-inf"))
+        return logits.softmax(dim=-1).multinomial(1), tuple(new_keys), tuple(new_values)
+    return step
+
+
+def empty_cache(model):
+    """Keys (or values) of no position: one (1, heads, 0, d/heads) tensor per block."""
+    heads = model.blocks[0].self_attn.num_heads
+    return tuple(graphnn.zeros(1, heads, 0, model.d_model // heads) for _ in model.blocks)
+
+
+def generate_cached(first, following, empty, prompt: list[int], count: int,
+                    context: int) -> list[int]:
+    """``prompt`` followed by ``count`` tokens drawn with a key/value cache: ``first`` (a
+    ``cached_step(prompt=True)``) runs the prompt's last ``context // 2`` tokens after the
+    ``empty`` cache, then ``following`` (``prompt=False``) feeds one token per step. When the
+    cache holds ``context`` positions (the model's longest), the last ``context // 2`` tokens
+    run as a new prompt."""
+    tokens, keys, values = list(prompt), None, None
+    for _ in range(count):
+        if keys is None or keys[0].shape[2] == context:
+            window = tokens[-(context // 2):]
+            token, keys, values = first(graphnn.tensor([window]), empty, empty)
+        else:
+            token, keys, values = following(graphnn.tensor([tokens[-1:]]), keys, values)
+        tokens.append(token.item())
+    return tokens
+
+
 def generate(sampler, prompt: list[int], count: int, context: int) -> list[int]:
     """``prompt`` followed by ``count`` tokens from ``sampler``; each step sees the last
     ``context`` tokens, right-padded to ``context`` so that every call has the same shapes."""
@@ -162,6 +229,14 @@ def main(argv=None):
         tokens = generate(sampler, [stoi[c] for c in prompt], args.sample_chars, context)
     print(f"sample (temperature {args.temperature}, top-k {top_k}, compiled "
           f"{sampler.compiles} time(s)), prompt in brackets:")
+    print(f"[{prompt}]" + "".join(chars[t] for t in tokens[len(prompt):]))
+    first, following = (graphnn.compile(cached_step(model, args.temperature, top_k, is_prompt),
+                                        dynamic=True) for is_prompt in (True, False))
+    with graphnn.no_grad():
+        tokens = generate_cached(first, following, empty_cache(model),
+                                 [stoi[c] for c in prompt], args.sample_chars, context)
+    print(f"sample with a key/value cache (prompt step compiled {first.compiles} time(s), "
+          f"one-token step {following.compiles} time(s) for every cache length):")
     print(f"[{prompt}]" + "".join(chars[t] for t in tokens[len(prompt):]))
 
 

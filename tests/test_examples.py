@@ -166,7 +166,10 @@ def test_lm_example_prints_a_compiled_sample(capsys):
         example.main(["--steps", "0", "--sample-chars", "40", "--top-k", "5"])
     out = capsys.readouterr().out
     header = re.search(r"sample \(temperature 0\.8, top-k 5, compiled 1 time\(s\)\)", out)
-    assert header, out
-    sample = out[header.end():].split("\n", 1)[1].rstrip("\n")
-    prompt = re.match(r"\[(.*?)\]", sample, re.S)
-    assert len(sample) - prompt.end() == 40
+    cached = re.search(r"sample with a key/value cache \(prompt step compiled 1 time\(s\), "
+                       r"one-token step 1 time\(s\) for every cache length\):", out)
+    assert header and cached, out
+    samples = (out[header.end():cached.start()], out[cached.end():])
+    for sample in (s.split("\n", 1)[1].rstrip("\n") for s in samples):
+        prompt = re.match(r"\[(.*?)\]", sample, re.S)
+        assert len(sample) - prompt.end() == 40

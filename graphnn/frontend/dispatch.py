@@ -37,7 +37,7 @@ def apply_op(name: str, inputs, attrs=None) -> tuple:
             if t._view is not None:
                 inplace.refresh_view(t)
         out_types = op.infer_types([TensorType(t.shape, t.dtype) for t in inputs], attrs)
-        if state.takes(inputs, out_types):
+        if state.takes(inputs, out_types, attrs):
             return _trace(state, op, inputs, attrs, out_types)
     recording = is_grad_enabled() and op.differentiable
     if recording:

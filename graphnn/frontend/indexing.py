@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir.errors import DTypeError, IndexError_, ShapeError
-from ..ir.ops.shape_rules import fmt_shape
+from ..ir.ops.shape_rules import broadcast_shapes, fmt_shape
 from ..ir.registry import get_op
 from ..ir.types import TensorType
 from .device import DeviceError
@@ -168,24 +168,38 @@ def plan_index(shape, key) -> IndexPlan:
             if not -size <= k < size:
                 raise IndexError_(f"index {int(k)} is out of bounds for dimension {dim} with "
                                   f"size {size}")
-            k = int(k) % size
+            k = int(k)
+            k = k + size if k < 0 else k  # (a symbolic size stays symbolic: s0 - 1)
             plan.starts.append(k), plan.stops.append(k + 1), plan.steps.append(1)
         else:
             if k.step is not None and k.step <= 0:
                 raise ShapeError(f"index: slice step must be greater than zero, got {k.step}")
-            start, stop, step = k.indices(size)
+            start, stop, step = _slice_bounds(k, size)
             stop = max(stop, start)
             plan.starts.append(start), plan.stops.append(stop), plan.steps.append(step)
             plan.view_shape.append(max(0, -(-(stop - start) // step)))
         dim += 1
     shapes = [t.shape for t in plan.tensors]
     try:
-        np.broadcast_shapes(*shapes)
-    except ValueError:
+        broadcast_shapes("index", shapes)
+    except ShapeError:
         listed = ", ".join(fmt_shape(s) for s in shapes)
         raise IndexError_(f"index: shape mismatch: indexing tensors could not be broadcast "
                           f"together with shapes {listed}") from None
     return plan
+
+
+def _slice_bounds(k: slice, size):
+    """(start, stop, step) of slice ``k`` (step > 0) on a dimension of ``size``, clamped as
+    ``slice.indices`` clamps them; symbolic bounds and sizes stay symbolic (``ir.symbolic``:
+    a clamp that depends on their values is a guarded decision)."""
+    def clamp(bound, default):
+        if bound is None:
+            return default
+        if bound < 0:
+            bound = bound + size
+        return min(max(bound, 0), size)
+    return clamp(k.start, 0), clamp(k.stop, size), 1 if k.step is None else k.step
 
 
 def _plan_array(plan, shape, dim, arr) -> int:

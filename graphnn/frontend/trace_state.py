@@ -27,7 +27,7 @@ import threading
 import numpy as np
 
 from ..ir.errors import GraphnnError
-from ..ir.symbolic import hinted
+from ..ir.symbolic import has_symbolic_size, hinted, holds_sym
 from ..ir.types import TensorType
 from .autograd import VersionCounter
 from .scope import current_module_path
@@ -172,9 +172,14 @@ class TraceState:
         return {value.name: self.bound[id(t)][1] for t, value in self.initial.values()
                 if self.bound[id(t)][1] is not value}
 
-    def takes(self, inputs, out_types) -> bool:
-        """Whether an op on ``inputs`` is recorded (rather than computed on concrete data)."""
+    def takes(self, inputs, out_types, attrs=None) -> bool:
+        """Whether an op on ``inputs`` is recorded (rather than computed on concrete data):
+        always when an input is symbolic or a size in its attributes or results is (its value
+        depends on the call)."""
         if not inputs or any(self.symbol(t) is not None for t in inputs):
+            return True
+        if any(has_symbolic_size(t.shape) for t in out_types) or \
+                any(holds_sym(a) for a in (attrs or {}).values()):
             return True
         largest = max(max(t.numel() for t in inputs), _SMALL_CONST)
         return any(t.numel > largest for t in out_types)

@@ -431,7 +431,7 @@ class Sym:
         return format(str(self), spec)
 
 
-def is_symbolic(shape) -> bool:
+def has_symbolic_size(shape) -> bool:
     """Whether a shape (tuple) has a symbolic dimension."""
     return any(isinstance(d, Sym) for d in shape)
 
@@ -448,16 +448,17 @@ def as_size(value):
     return value if isinstance(value, Sym) else int(value)
 
 
-def _holds_sym(value) -> bool:
+def holds_sym(value) -> bool:
+    """Whether an attribute value (a number, a tuple of them...) holds a Sym."""
     if isinstance(value, Sym):
         return True
-    return isinstance(value, (tuple, list)) and any(_holds_sym(v) for v in value)
+    return isinstance(value, (tuple, list)) and any(holds_sym(v) for v in value)
 
 
 def symbolic_node(node) -> bool:
     """Whether a graph node's output shapes or attributes hold a symbolic size."""
-    return any(is_symbolic(v.type.shape) for v in node.outputs) or \
-        any(_holds_sym(a) for a in node.attrs.values())
+    return any(has_symbolic_size(v.type.shape) for v in node.outputs) or \
+        any(holds_sym(a) for a in node.attrs.values())
 
 
 def same_size(a, b) -> bool:
