@@ -5,7 +5,9 @@ Each case runs the dynamic compiled callable against an eager copy (``copy.deepc
 weights) and, where eager and compiled code legitimately round differently (reductions grouped
 otherwise in a compiled backward, im2col convolutions, attention), also against a *static*
 compile (``dynamic=False``) of the same model: the symbolic kernel bound at a size computes what
-the static kernel for that size computes, so those two are compared bit for bit.
+the static kernel for that size computes, so those two are compared bit for bit. The edges
+(sizes 0 and 1, failing guards, sizes as numbers, random values, per-size fallbacks, the cache)
+are in test_compile_dynamic_guards.py.
 """
 import copy
 import warnings
@@ -13,7 +15,6 @@ import warnings
 import numpy as np
 import pytest
 from compile_helpers import isolated_cache  # noqa: F401  (autouse: a kernel cache per test)
-from compile_helpers import run_in_threads
 from test_compile_step import standard_step
 from test_model_zoo_compiler import CASES as ZOO
 
@@ -21,12 +22,11 @@ import graphnn
 from graphnn import nn
 from graphnn.compiler import CompileWarning
 from graphnn.compiler.dynamic_sizes import SizeFamily
-from graphnn.runtime import cache, symbolic_artifact
-from graphnn.runtime.guards import GuardError, Signature, TensorSpec, with_symbolic_sizes
-from graphnn.runtime.symbolic_artifact import KEPT_SIZES, SymbolicArtifact
+from graphnn.runtime import cache
+from graphnn.runtime.guards import Signature, TensorSpec, with_symbolic_sizes
+from graphnn.runtime.symbolic_artifact import SymbolicArtifact
 
 ROUNDING = {"rtol": 1e-5, "atol": 1e-6}  # eager vs compiled where their float32 order differs
-NOT_GENERIC = "dynamic=True: no kernel generic in the sizes"
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -40,13 +40,6 @@ def quietly(fn, *args, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("error", CompileWarning)
         return fn(*args, **kwargs)
-
-
-def _calls_recording_warnings(fn, *args):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = fn(*args)
-    return out, [str(w.message) for w in caught if issubclass(w.category, CompileWarning)]
 
 
 def _family(compiled):
@@ -86,8 +79,8 @@ def _header(source: str) -> tuple:
 # _expect_one_compile fails, asking for its entry to be removed.
 SPECIALISED = {
     "cnn": "batch_norm's count / (count - 1) is a Python float: guard s0*s2*s3 == 128",
-    "lm": "embedding's weight[input]: indexing.plan_index's np.broadcast_shapes takes int() of "
-          "the index shape: guards s0 == 2, s1 == 5",
+    "lm": "simplify's _index_sets (see encoder) on the attention's in-projection gradient, and "
+          "share_attention_probabilities._worth_saving's heuristic guards T <= 12",
     "encoder": "simplify's _index_sets: slice(...).indices(size) takes int() of the size: "
                "guards s0 == 2, s1 == 5",
 }
@@ -408,6 +401,7 @@ def test_small_lm_trained_with_batch_and_sequence_varying():
     graphnn.manual_seed(0)
     copies, steps = _lm_steps(_CausalLM())
     _run_lm_steps(copies, steps, [(3, 7), (2, 9), (4, 5), (3, 7), (5, 3)])
+    _expect_one_compile(steps["dynamic"], SPECIALISED["lm"])
     source = steps["dynamic"].kernel_sources()["step"]
     symbols, _ = _header(source)
     assert "input 0 dim 0" in symbols and "input 0 dim 1" in symbols
