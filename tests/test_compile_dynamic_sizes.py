@@ -231,6 +231,27 @@ def test_training_gradients_through_a_dynamic_compiled_module():
     assert "s0" in sources["backward"].split("\n", 2)[2]
 
 
+def test_a_backward_with_no_sized_input_takes_its_forward_sizes():
+    """The gradient of (x * 3).sum() has x's shape but its backward kernel's only input is the
+    0-d incoming gradient: its sizes come from the forward call (``TapeBackward``)."""
+    def tripled_sum(x):
+        return (x * 3.0).sum()
+
+    compiled = graphnn.compile(tripled_sum, dynamic=True)
+    for shape in ((3, 4), (5, 2), (3, 4), (2, 9)):
+        x = graphnn.randn(*shape, requires_grad=True)
+        xe = x.detach().clone().requires_grad_()
+        out = quietly(compiled, x)
+        out.backward()
+        tripled_sum(xe).backward()
+        _assert_close(out, tripled_sum(xe), f"{shape}")
+        _assert_equal(x.grad, xe.grad, f"{shape} grad")
+    assert compiled.compiles == 1
+    sources = compiled.kernel_sources()
+    assert _header(sources["backward"]) == ("# size symbols: given by the forward",
+                                            "# guards: none")
+
+
 OPTIMIZERS = {
     "sgd_momentum": lambda ps: graphnn.optim.SGD(ps, lr=0.05, momentum=0.9, dampening=0.1),
     "adam": lambda ps: graphnn.optim.Adam(ps, lr=1e-2),
