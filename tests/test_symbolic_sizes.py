@@ -109,3 +109,21 @@ def test_sizes_that_break_a_guard_are_refused(block_artifact):
         artifact.check([np.zeros((4, 10, 16), np.float32)])
     with pytest.raises(GuardError, match="s1 >= 2"):
         artifact.check([np.zeros((4, 1, 32), np.float32)])
+
+
+def test_dynamic_on_cuda_tensors_compiles_per_size_on_the_device():
+    """Triton kernels have sizes as literals: each size compiles, none runs eagerly."""
+    import warnings
+    from graphnn.compiler import CompileWarning
+    graphnn.manual_seed(0)
+    model = nn.Linear(4, 3).cuda()
+    compiled = graphnn.compile(model, dynamic=True)
+    with warnings.catch_warnings(), graphnn.no_grad():
+        warnings.simplefilter("error", CompileWarning)
+        for batch in (2, 3, 2):
+            x = graphnn.randn(batch, 4).cuda()
+            y = compiled(x)
+            assert y.is_cuda
+            np.testing.assert_allclose(y.cpu().numpy(), model(x).cpu().numpy(), rtol=1e-6,
+                                       atol=1e-6)
+    assert compiled.compiles == 2

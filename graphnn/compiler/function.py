@@ -27,7 +27,7 @@ without a lowering...), the signature count passes ``recompile_limit``, a module
 (hooks of the compiled module itself run around the compiled forward as usual), the forward
 assigns module attributes, draws attention dropout for host tensors on a device backend
 (``random_inputs.HostStreamRefused``), or takes device tensors it cannot compile for (spread
-over devices, a host backend named, or ``dynamic=True``). Calls on cuda tensors compile with
+over devices, or a host backend named). Calls on cuda tensors compile with
 the Triton backend by default. The seeds of random ops (``rand``, as dropout uses; a fused
 attention's dropout) are lifted out of the graph and drawn fresh per call, in the order eager
 draws them (``random_inputs.lift_random``). Several differentiable outputs
@@ -225,20 +225,23 @@ class CompiledFunction:
     def _lookup(self, sig, tensors):
         """(the signature the call runs under, its entry or None): a dynamic signature marked
         ``_STATIC`` gives way to the call's concrete one; a ``SizeFamily`` gives the entry
-        whose guards the call's sizes satisfy (None when none does)."""
+        whose guards the call's sizes satisfy, else these sizes' own entry (``_static_instead``
+        compiled them when no symbolic entry could be), else None."""
         entry = self._entries.get(sig)
-        if entry is _STATIC:  # no kernel generic in the sizes: these sizes get their own
-            sig = replace(sig, inputs=tuple(spec_of(t) for t in tensors))
-            entry = self._entries.get(sig)
-        elif isinstance(entry, SizeFamily):
+        if isinstance(entry, SizeFamily):
             entry = entry.find(tensors)
-        return sig, entry
+            if entry is not None:
+                return sig, entry
+        elif entry is not _STATIC:
+            return sig, entry
+        sig = replace(sig, inputs=tuple(spec_of(t) for t in tensors))  # these sizes' own
+        return sig, self._entries.get(sig)
 
     def _device_refusal(self, sig):
         """Why compiled code cannot take the device tensors of signature ``sig`` (None: it
         can, or there are none): tensors on several devices (eager raises the error; 0-d host
-        tensors, as Adam's step count, may join device ones, as in PyTorch), a backend named
-        for the host, or ``dynamic=True``. Asked once per signature."""
+        tensors, as Adam's step count, may join device ones, as in PyTorch) or a backend named
+        for the host. Asked once per signature."""
         specs = list(sig.inputs) + [spec for _, spec in sig.state]
         if all(spec.device == "cpu" for spec in specs):
             return None
@@ -246,8 +249,6 @@ class CompiledFunction:
             return "its tensors are on different devices"
         if self._backend_name is not None and self._backend.device.shares_host:
             return f"backend {self._backend_name!r} runs on the host, the tensors are on a device"
-        if self.dynamic:
-            return "dynamic=True does not take device tensors yet"
         return None
 
     def _target(self, sig):
@@ -271,7 +272,8 @@ class CompiledFunction:
         state = {name: t for name, t, _ in call.bindings}
         training = bool(getattr(self._module, "training", False))
         inputs = tuple(spec_of(t) for t in tensors)
-        symbolic = self.dynamic and self._backend.symbolic_sizes  # else: per size
+        symbolic = self.dynamic and self._backend.symbolic_sizes and \
+            all(spec.device == "cpu" for spec in inputs)  # else per size (Triton's literals)
         sig = Signature(with_symbolic_sizes(inputs) if symbolic else inputs, static,
                         tuple((k, spec_of(t)) for k, t in state.items()),
                         training, is_grad_enabled(), call.key, autocast_state(),
