@@ -455,3 +455,29 @@ def test_second_identical_model_generates_nothing(isolated_cache):  # noqa: F811
     third.compile(dynamic=True)
     _assert_equal(_infer(third, x), _infer(first, x))
     assert cache.stats.generated == generated and cache.stats.disk_hits >= 1
+
+
+def _padded_when_long(x):
+    if x.shape[1] > 8:  # a guard; its other side has no kernel generic in the sizes
+        return _replicate_padded(x)
+    return x.square().sum()
+
+
+def test_sizes_compiled_on_their_own_after_a_symbolic_entry_are_reused():
+    """A size that breaks the symbolic entry's guard and then has no generic kernel of its own
+    is compiled once for its size, and later calls at that size run that entry (no new trace,
+    no new compile, within recompile_limit)."""
+    compiled = graphnn.compile(_padded_when_long, dynamic=True, recompile_limit=4)
+    messages = []
+    for size in (4, 12, 12, 5, 12, 12, 12):
+        x = graphnn.randn(3, size, requires_grad=True)
+        xe = x.detach().clone().requires_grad_()
+        out, caught = _calls_recording_warnings(compiled, x)
+        messages += caught
+        out.backward()
+        expected = _padded_when_long(xe)
+        expected.backward()
+        _assert_close(out, expected, f"T={size}")
+        _assert_close(x.grad, xe.grad, f"T={size} grad")
+    assert len(messages) == 1 and NOT_GENERIC in messages[0], messages
+    assert compiled.compiles == 2, compiled.recompile_reasons  # [3,s] symbolic, [3,12]

@@ -225,17 +225,19 @@ class CompiledFunction:
     def _lookup(self, sig, tensors):
         """(the signature the call runs under, its entry or None): a dynamic signature marked
         ``_STATIC`` gives way to the call's concrete one; a ``SizeFamily`` gives the entry
-        whose guards the call's sizes satisfy, else these sizes' own entry (``_static_instead``
-        compiled them when no symbolic entry could be), else None."""
+        whose guards the call's sizes satisfy, else these sizes' own entry when they have one
+        (``_static_instead`` compiled them: no symbolic entry could be), else None."""
         entry = self._entries.get(sig)
-        if isinstance(entry, SizeFamily):
+        if entry is _STATIC:  # no kernel generic in the sizes: these sizes get their own
+            sig = replace(sig, inputs=tuple(spec_of(t) for t in tensors))
+            entry = self._entries.get(sig)
+        elif isinstance(entry, SizeFamily):
             entry = entry.find(tensors)
-            if entry is not None:
-                return sig, entry
-        elif entry is not _STATIC:
-            return sig, entry
-        sig = replace(sig, inputs=tuple(spec_of(t) for t in tensors))  # these sizes' own
-        return sig, self._entries.get(sig)
+            if entry is None:
+                own = replace(sig, inputs=tuple(spec_of(t) for t in tensors))
+                if own in self._entries:
+                    return own, self._entries[own]
+        return sig, entry
 
     def _device_refusal(self, sig):
         """Why compiled code cannot take the device tensors of signature ``sig`` (None: it
