@@ -652,3 +652,23 @@ def test_scatter_add_of_an_empty_index_into_a_zero_size_dim():
                          backend="numpy")
     out = fn(graphnn.zeros(2, 0), graphnn.tensor(np.zeros((2, 0), np.int64)), graphnn.zeros(2, 0))
     assert tuple(out.shape) == (2, 0)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_erf_is_written_into_a_kernel_buffer_never_over_its_operand(dtype):
+    """erf lowers to the reference's function writing a kernel buffer (``out=``), not over
+    its operand, which dies there: the values at or above 1 that it gathers from several
+    blocks are read after those blocks are written. Equal to the interpreter bit for bit."""
+    from graphnn.ir.ops.erf import BLOCK
+    n = 3 * BLOCK + 5
+    graph = verify(parse(f"""graph erf_buffer(%x: {dtype}[{n}]) {{
+  %0: {dtype}[{n}] = mul(%x, %x)
+  %1: {dtype}[{n}] = erf(%0)
+  %2: {dtype}[{n}] = add(%1, %x)
+  return %2
+}}"""))
+    source = numpy_source(graph)
+    assert re.search(r"= _rt\.erf\(v\d+, out=b\d+\)", source) and "_op_erf" not in source
+    x = np.random.default_rng(2).normal(0, 0.5, n)  # x² mostly below 1, a few far per block
+    x[[0, 7, -1, -2]] = [np.nan, np.inf, -0.0, 3.0]
+    run_both(graph, [x.astype(np.float32 if dtype == "f32" else np.float64)])

@@ -154,6 +154,14 @@ def _rsqrt(node, args, ctx):
     return f"_rt.rsqrt({args[0]}{ctx.out_arg(node, inplace=True)})"
 
 
+def _erf(node, args, ctx):
+    """The reference's erf written into a kernel buffer (a new array of a GELU's size costs
+    fresh pages on each call); never over its operand, which the erf reads after writing."""
+    if not _float_in(node):
+        return None
+    return f"_rt.erf({args[0]}{ctx.out_arg(node)})"
+
+
 def _pow(node, args, ctx):
     """``np.power`` for a floating result (the reference's own call there; integer powers
     have PyTorch's rules for negative exponents: the reference)."""
@@ -420,7 +428,7 @@ def _attention(node, args, ctx):
 
 LOWERINGS = {name: _ufunc for name in UFUNCS}
 LOWERINGS.update({
-    "relu": _relu, "rsqrt": _rsqrt, "where": _where, "cast": _cast, "pow": _pow,
+    "relu": _relu, "rsqrt": _rsqrt, "erf": _erf, "where": _where, "cast": _cast, "pow": _pow,
     "detach": _detach,
     "reshape": _reshape, "permute": _permute, "expand": _expand, "slice": _slice,
     "slice_scatter": _slice_scatter,

@@ -14,6 +14,7 @@ import numpy as np
 from graphnn.ir import TensorType, get_op
 from graphnn.ir.dtypes import as_dtype, dtype_from_name
 from graphnn.ir.errors import IndexError_
+from graphnn.ir.ops.erf import erf  # noqa: F401  (the erf op's lowering calls it)
 from graphnn.ir.ops.pool import first_taps_inside
 
 from .common import activate_, epilogue_, fresh, scratch

@@ -57,9 +57,10 @@ SINGLE = (
 H_PIECES = ((1.0, 2.0, 4.0, -3.0), (2.0, 6.0, 6.0, -2.0))
 
 
-def _polynomial(coefficients, u):
-    """Horner's rule over float64 ``u``, highest degree first; a new array."""
-    p = u * coefficients[0]
+def _polynomial(coefficients, u, out=None):
+    """Horner's rule over float64 ``u``, highest degree first, into ``out`` (default: a new
+    array)."""
+    p = np.multiply(u, coefficients[0], out=out)
     for c in coefficients[1:-1]:
         p += c
         p *= u
@@ -67,18 +68,18 @@ def _polynomial(coefficients, u):
     return p
 
 
-def _erf_near_zero(x, table):
+def _erf_near_zero(x, table, u, y):
     """erf of float64 ``x`` by the first piece, ``x * f(t)`` (x's sign included, so no
-    copysign), as a new array, and ``u = 2t - 1``, which is 1 or more exactly where
-    ``|x| >= 1`` (t = x² is below 1 there, and 2t - 1 then too; for a float32 x, t is exact).
-    Elements at or above 1 get meaningless values (inf or NaN on overflow: the caller ignores
-    floating-point warnings) that the other pieces overwrite; NaN stays NaN."""
-    u = x * x
+    copysign), into ``y``, and ``u = 2t - 1`` into ``u`` (arrays of x's size), which is 1 or
+    more exactly where ``|x| >= 1`` (t = x² is below 1 there, and 2t - 1 then too; for a
+    float32 x, t is exact). Elements at or above 1 get meaningless values (inf or NaN on
+    overflow: the caller ignores floating-point warnings) that the other pieces overwrite;
+    NaN stays NaN."""
+    np.multiply(x, x, out=u)
     u *= 2.0
     u -= 1.0
-    y = _polynomial(table[0], u)
+    _polynomial(table[0], u, out=y)
     y *= x
-    return y, u
 
 
 def _erf_far_from_zero(x, table):
@@ -101,23 +102,30 @@ def _erf_far_from_zero(x, table):
     return np.copysign(z, x, out=z)
 
 
-def erf(x: np.ndarray) -> np.ndarray:
-    """The error function of a floating array, elementwise, as a new array of x's dtype and
-    shape: erf(±0) = ±0, erf(±inf) = ±1, NaN stays NaN. Accurate to about 1 ulp of float64 for
-    float64 input; narrower inputs are computed in float64 with the ``SINGLE`` coefficients and
-    rounded once. The first piece runs on every element, a block at a time (most values lie
-    there: no gather and scatter); a block's elements at or above 1 are overwritten from the
-    other pieces in the block when they are many, else gathered with later blocks' and
-    overwritten once about a block of them has gathered (so that the pieces' fixed cost is
-    paid once for many blocks where, as in a GELU, few values lie there)."""
+def erf(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """The error function of a floating array, elementwise: erf(±0) = ±0, erf(±inf) = ±1,
+    NaN stays NaN; a new array of x's dtype and shape, or ``out`` written (C-contiguous, of
+    that dtype and shape, sharing no memory with x: a compiled kernel's buffer, which spares
+    a new array's fresh pages). Accurate to about 1 ulp of float64 for float64 input;
+    narrower inputs are computed in float64 with the ``SINGLE`` coefficients and rounded
+    once. The first piece runs on every element, a block at a time (most values lie there:
+    no gather and scatter); a block's elements at or above 1 are overwritten from the other
+    pieces in the block when they are many, else gathered with later blocks' and overwritten
+    once about a block of them has gathered (so that the pieces' fixed cost is paid once for
+    many blocks where, as in a GELU, few values lie there)."""
     table = DOUBLE if x.dtype == np.float64 else SINGLE
     flat = np.ascontiguousarray(x).reshape(-1)
-    out = np.empty(flat.shape, x.dtype)
+    result = np.empty(x.shape, x.dtype) if out is None else out
+    out = result.reshape(-1)  # a view of result
+    # one set of block-sized temporaries for the whole call: allocated per block, they were
+    # fresh memory-mapped pages each time wherever malloc maps blocks of this size (1.5-4x)
+    scratch = np.empty((3, min(BLOCK, flat.size)))
     far, count = [], 0
     with np.errstate(all="ignore"):
         for start in range(0, flat.size, BLOCK):
-            part = flat[start:start + BLOCK].astype(np.float64)
-            y, u = _erf_near_zero(part, table)
+            part, u, y = scratch[:, :min(BLOCK, flat.size - start)]
+            np.copyto(part, flat[start:start + BLOCK])
+            _erf_near_zero(part, table, u, y)
             where = np.flatnonzero(u >= 1.0)
             if where.size > BLOCK // 8:
                 y[where] = _erf_far_from_zero(part[where], table)
@@ -129,4 +137,4 @@ def erf(x: np.ndarray) -> np.ndarray:
                 where = np.concatenate(far) if len(far) > 1 else far[0]
                 out[where] = _erf_far_from_zero(flat[where].astype(np.float64), table)
                 far, count = [], 0
-    return out.reshape(x.shape)
+    return result
