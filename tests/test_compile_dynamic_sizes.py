@@ -77,23 +77,9 @@ def _header(source: str) -> tuple:
 # Guards that specialise a size they need not (each a known implementation bug, outside this
 # file): these cases run correctly but compile once per size. When one is fixed,
 # _expect_one_compile fails, asking for its entry to be removed.
-SPECIALISED = {
-    "cnn": "batch_norm's count / (count - 1) is a Python float: guard s0*s2*s3 == 128",
-    "lm": "simplify's _index_sets (see encoder) on the attention's in-projection gradient, and "
-          "share_attention_probabilities._worth_saving's heuristic guards T <= 12",
-    "encoder": "simplify's _index_sets: slice(...).indices(size) takes int() of the size: "
-               "guards s0 == 2, s1 == 5",
-}
-
-
-def _expect_one_compile(compiled, known_bug=None):
-    """One compile across every size; for a case in ``SPECIALISED`` (its ``known_bug``) an
-    expected failure, strict: it fails once the bug is fixed."""
-    if known_bug is None:
-        assert compiled.compiles == 1, compiled.recompile_reasons
-        return
-    assert compiled.compiles > 1, f"compiled once: remove the known bug {known_bug!r}"
-    pytest.xfail(known_bug)
+def _expect_one_compile(compiled):
+    """One compile across every size."""
+    assert compiled.compiles == 1, compiled.recompile_reasons
 
 
 # ---- the signature ------------------------------------------------------------------------------
@@ -357,7 +343,7 @@ def test_every_modules_issue_model_serves_every_batch_size(name, make, inputs):
                                        err_msg=f"{name} B={size} grad {pname}")
         model.zero_grad()
         eager.zero_grad()
-    _expect_one_compile(compiled, SPECIALISED.get(name))
+    _expect_one_compile(compiled)
 
 
 # ---- batch and sequence: a small causal LM trained with (B, T) varying ---------------------------
@@ -422,7 +408,7 @@ def test_small_lm_trained_with_batch_and_sequence_varying():
     graphnn.manual_seed(0)
     copies, steps = _lm_steps(_CausalLM())
     _run_lm_steps(copies, steps, [(3, 7), (2, 9), (4, 5), (3, 7), (5, 3)])
-    _expect_one_compile(steps["dynamic"], SPECIALISED["lm"])
+    _expect_one_compile(steps["dynamic"])
     source = steps["dynamic"].kernel_sources()["step"]
     symbols, _ = _header(source)
     assert "input 0 dim 0" in symbols and "input 0 dim 1" in symbols

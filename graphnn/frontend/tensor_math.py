@@ -11,7 +11,7 @@ import numbers
 
 import numpy as np
 
-from ..ir.dtypes import LOW_PRECISION, bool_, float32, scalar_result_type
+from ..ir.dtypes import LOW_PRECISION, bool_, float32, float64, scalar_result_type
 from ..ir.errors import AttributeError_, DTypeError
 from ..ir.symbolic import Sym
 from .dispatch import apply1, apply_op
@@ -55,6 +55,16 @@ def as_operand(value, like):
             raise DTypeError(f"value {value!r} does not fit in int64") from None
     from .creation import tensor
     return tensor(value)
+
+
+def size_ratio(numerator, denominator):
+    """``numerator / denominator`` of two sizes: a Python float, or, when one is symbolic (a
+    trace with ``dynamic=True``), a 0-d float64 tensor computed per call by the same double
+    division (so a float32 tensor times it rounds as eager's Python float does)."""
+    if not isinstance(numerator, Sym) and not isinstance(denominator, Sym):
+        return numerator / denominator
+    return apply1("div", *(apply1("full", shape=(), value=v, dtype=float64)
+                           for v in (numerator, denominator)))
 
 
 def _comparable(value) -> bool:

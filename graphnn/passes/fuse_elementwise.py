@@ -13,7 +13,7 @@ from ..ir.ops.shape_rules import fmt_shape, normalize_dims
 from ..ir.printer import ROOT_SCOPE
 from ..ir.registry import OpGroup, get_op
 from ..ir.rewrite import Rewriter
-from ..ir.symbolic import Sym, same_size
+from ..ir.symbolic import Sym, hinted, same_size
 
 MEMBER_GROUPS = (OpGroup.ELEMENTWISE, OpGroup.REDUCTION, OpGroup.NORMALIZATION)
 PIVOT_GROUPS = (OpGroup.REDUCTION, OpGroup.NORMALIZATION)
@@ -132,7 +132,7 @@ class _Fuser:
         pivot = self.nodes[pivot_group.pivot]
         full = pivot_group.shape
         reduced = pivot.outputs[0].type.shape
-        for shape in sorted(ga.shapes | gb.shapes):
+        for shape in sorted(ga.shapes | gb.shapes, key=hinted):  # an order for messages only
             if not (_fits(shape, full) or _fits(shape, reduced)):
                 return f"different iteration shapes {fmt_shape(shape)} and {fmt_shape(full)}"
         if not lines_up_with_broadcasting(pivot):

@@ -12,6 +12,8 @@ recomputing the scores' GEMM and the softmax.
 """
 from __future__ import annotations
 
+import math
+
 from ..ir.emit import Builder, DecomposeContext, GradContext
 from ..ir.graph import Graph
 from ..ir.graph_emitter import GraphEmitter
@@ -20,6 +22,7 @@ from ..ir.ops.attention import NAME
 from ..ir.ops.attention_backward import BACKWARD
 from ..ir.registry import get_op
 from ..ir.rewrite import Rewriter
+from ..ir.symbolic import hint_of, hinted
 from .attention_patterns import where
 from .cse import eliminate_common_subexpressions
 from .fold_constants import fold_constants
@@ -30,9 +33,10 @@ def _worth_saving(node) -> bool:
     """float32/float64 (the fused op computes float16 in float32, its gradient rule does
     not), no dropout, no grouped heads, and probabilities no larger than q, k and v."""
     q, k, v = (t.type for t in node.inputs[:3])
-    probabilities = q.numel // q.shape[-1] * k.shape[-2]
+    numel = [math.prod(hinted(t.shape)) for t in (q, k, v)]  # a cost estimate: at the hints
+    probabilities = numel[0] // hint_of(q.shape[-1]) * hint_of(k.shape[-2])
     return q.dtype.name in ("float32", "float64") and not node.attrs["dropout_p"] and \
-        node.attrs["kv_groups"] == 1 and probabilities <= q.numel + k.numel + v.numel
+        node.attrs["kv_groups"] == 1 and probabilities <= sum(numel)
 
 
 def _key(node) -> tuple:

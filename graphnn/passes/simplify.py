@@ -85,21 +85,27 @@ def _slice_writes(value):
 
 
 def _index_sets(write) -> list:
-    """The positions a slice_scatter node writes, one ``range`` per dimension."""
+    """The positions a slice_scatter node writes, one ``(start, stop, step)`` per dimension
+    (the slice op's attributes are resolved bounds, ``0 <= start, stop <= size``; sizes may be
+    symbolic, so these are not ``range``s)."""
     a = write.attrs
-    return [range(*slice(lo, hi, step).indices(size)) for size, lo, hi, step in
-            zip(write.outputs[0].type.shape, a["starts"], a["stops"], a["steps"])]
+    return list(zip(a["starts"], a["stops"], a["steps"]))
+
+
+def _count(span) -> int:
+    start, stop, step = span
+    return max(0, -(-(stop - start) // step))
 
 
 def _disjoint(first, second) -> bool:
     """Whether two slice_scatter nodes write no position in common (some dimension's index
     sets do not meet)."""
     def meet(r1, r2):
-        if not (r1 and r2):
+        if _count(r1) == 0 or _count(r2) == 0:
             return False
-        if r1.step == r2.step == 1:  # blocks: the common case, decided without a walk
-            return max(r1.start, r2.start) < min(r1.stop, r2.stop)
-        small, big = sorted((r1, r2), key=len)
+        if r1[2] == r2[2] == 1:  # blocks: the common case, decided without a walk
+            return max(r1[0], r2[0]) < min(r1[1], r2[1])
+        small, big = sorted((range(*r1), range(*r2)), key=len)  # strided: concrete sizes
         return any(i in big for i in small)
     return not all(meet(r1, r2) for r1, r2 in zip(_index_sets(first), _index_sets(second)))
 
@@ -108,16 +114,17 @@ def _tiling_dim(writes, shape):
     """The dimension along which ``writes`` (ordered by start) tile the whole tensor in
     contiguous blocks, whole in every other dimension; None if they do not."""
     sets = [_index_sets(w) for w in writes]
-    partial = {d for ranges in sets for d, r in enumerate(ranges) if r != range(shape[d])}
+    partial = {d for spans in sets for d, r in enumerate(spans)
+               if not (r[0] == 0 and r[1] == shape[d] and (r[2] == 1 or shape[d] <= 1))}
     if len(partial) != 1:
         return None
     d = partial.pop()
-    blocks = sorted((ranges[d] for ranges in sets), key=lambda r: r.start)
+    blocks = sorted((spans[d] for spans in sets), key=lambda r: r[0])
     covered = 0  # positions 0 .. covered - 1 are written
     for r in blocks:
-        if r.step != 1 and len(r) > 1 or r.start != covered:
+        if r[2] != 1 and _count(r) > 1 or r[0] != covered:
             return None
-        covered += len(r)
+        covered += _count(r)
     return d if covered == shape[d] else None
 
 
@@ -139,7 +146,7 @@ def sum_of_disjoint_slice_writes(node, inputs, rw):
     dim = _tiling_dim(writes, shape)
     if dim is not None and all(w.inputs[1].type.dtype == w.outputs[0].type.dtype
                                for w in writes):
-        ordered = [w.inputs[1] for w in sorted(writes, key=lambda w: _index_sets(w)[dim].start)]
+        ordered = [w.inputs[1] for w in sorted(writes, key=lambda w: _index_sets(w)[dim][0])]
         joined = _cat_of_reshape_sources(rw, node, ordered, dim)
         return rw.call("cat", *ordered, like=node, dim=dim) if joined is None else joined
     result = inputs[0]

@@ -11,6 +11,7 @@ PyTorch's CPU kernels do.
 from __future__ import annotations
 
 from ...frontend.grad_mode import no_grad
+from ...frontend.tensor_math import size_ratio
 from ...ir.errors import ShapeError
 from ...ir.ops.shape_rules import fmt_shape
 from .conv import require_tensor
@@ -66,7 +67,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         if running_mean is not None:
             _update_running(running_mean, mean, momentum)
         if running_var is not None:
-            _update_running(running_var, var * (count / (count - 1)), momentum)
+            _update_running(running_var, var * size_ratio(count, count - 1), momentum)
     else:
         mean, var = running_mean.reshape(stat_shape), running_var.reshape(stat_shape)
     out = (x - mean) * (var + eps).rsqrt()
