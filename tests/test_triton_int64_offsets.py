@@ -72,21 +72,22 @@ def test_kernels_over_huge_tensors_use_int64_offsets_and_compile(tmp_path):
     assert compile_ahead_of_time([str(path)], tmp_path) == 9
 
 
-HUGE_ATTENTION = """graph huge_attention(%q: f16[1,32,65536,1024], %k: f16[1,32,65536,1024],
-    %v: f16[1,32,65536,1024], %g: f16[1,32,65536,1024]) {
-  %0: f16[1,32,65536,1024] = scaled_dot_product_attention(%q, %k, %v) {scale=0.03125, \
+HUGE_ATTENTION = """graph huge_attention(%q: f16[1,32,1048576,64], %k: f16[1,32,1048576,64],
+    %v: f16[1,32,1048576,64], %g: f16[1,32,1048576,64]) {
+  %0: f16[1,32,1048576,64] = scaled_dot_product_attention(%q, %k, %v) {scale=0.125, \
 causal=true}
-  %1: f32[1,32,65536], %2: f32[1,32,65536] = scaled_dot_product_attention_stats(%q, %k, %v, \
-%g) {scale=0.03125, causal=true}
-  %3: f16[1,32,65536,1024], %4: f16[1,32,65536,1024], %5: f16[1,32,65536,1024] = \
-scaled_dot_product_attention_backward(%q, %k, %v, %g, %1, %2) {scale=0.03125, causal=true}
+  %1: f32[1,32,1048576], %2: f32[1,32,1048576] = scaled_dot_product_attention_stats(%q, %k, %v, \
+%g) {scale=0.125, causal=true}
+  %3: f16[1,32,1048576,64], %4: f16[1,32,1048576,64], %5: f16[1,32,1048576,64] = \
+scaled_dot_product_attention_backward(%q, %k, %v, %g, %1, %2) {scale=0.125, causal=true}
   return (%0, %3, %4, %5)
 }
 """
 
 
 def test_attention_kernels_over_huge_tensors_use_int64_offsets_and_compile(tmp_path):
-    """The flash-attention forward, stats and backward kernels of 2**31-element q, k and v."""
+    """The flash-attention forward, stats and backward kernels of 2**31-element q, k and v (head
+    dim 64: a head dim of 1024 made this test take two minutes, compiling 1024-wide tiles)."""
     graph = parse(HUGE_ATTENTION.replace("\\\n", ""))
     stage = stages.build(graph, "inference", BACKEND).stages["inference"]
     source = BACKEND.generate(stage.schedule, stage.plan, interpreter_form=False)
