@@ -672,3 +672,25 @@ def test_erf_is_written_into_a_kernel_buffer_never_over_its_operand(dtype):
     x = np.random.default_rng(2).normal(0, 0.5, n)  # x² mostly below 1, a few far per block
     x[[0, 7, -1, -2]] = [np.nan, np.inf, -0.0, 3.0]
     run_both(graph, [x.astype(np.float32 if dtype == "f32" else np.float64)])
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_softmax_rows_by_reduceat_equal_the_reference(dtype):
+    """A softmax over the last axis takes its rows' maxima with one maximum.reduceat
+    (``support._row_max``): equal to the interpreter bit for bit, rows of -inf, of +0 and -0
+    maxima, NaN and inf included; another axis keeps amax."""
+    graph = verify(parse(f"""graph rows(%x: {dtype}[4,3,64,64]) {{
+  %0: {dtype}[4,3,64,64] = softmax(%x) {{dim=-1}}
+  %1: {dtype}[4,3,64,64] = softmax(%x) {{dim=2}}
+  return (%0, %1)
+}}"""))
+    source = numpy_source(graph)
+    assert source.count("_rt.softmax(") == 2
+    x = np.random.default_rng(4).standard_normal((4, 3, 64, 64)) * 5
+    x[0, 0, 0] = -np.inf
+    x[0, 0, 1] = -1.0
+    x[0, 0, 1, ::3], x[0, 0, 1, 1::3] = 0.0, -0.0
+    x[0, 0, 2, [4, 9]] = np.nan
+    x[0, 0, 3, [1, 60]] = np.inf
+    x[1, 2, :, 7] = -np.inf
+    run_both(graph, [x.astype(np.float32 if dtype == "f32" else np.float64)])

@@ -393,6 +393,19 @@ def _rows(a, lo, hi, ndim):
 
 # ---- normalisation and attention -----------------------------------------------------------------
 
+def _row_max(x, d):
+    """``np.amax(x, axis=d, keepdims=True)``; over the last axis of a C-contiguous ``x`` one
+    ``np.maximum.reduceat`` over its flat rows (2-3x faster on attention's rows of 64: the
+    reduction machinery pays per row). The same values, but for which zero a row holding
+    both +0 and -0 as its maximum gives, which ``x - max`` then cannot tell apart in a
+    softmax (exp(±0) = 1)."""
+    n = x.shape[d]
+    if d != x.ndim - 1 or not x.flags.c_contiguous or not x.size or n == 0:
+        return np.amax(x, axis=d, keepdims=True)
+    flat = x.reshape(-1)
+    return np.maximum.reduceat(flat, np.arange(0, flat.size, n)).reshape(x.shape[:-1] + (1,))
+
+
 def softmax(x, dim, out=None):
     """Stable softmax along ``dim`` written into ``out`` (may be ``x`` itself), in the
     reference's order of operations: x - max, exp, / sum; split over the threads along the
@@ -403,7 +416,7 @@ def softmax(x, dim, out=None):
 
     def rows(lo, hi):
         xs, os = x[lo:hi], out[lo:hi]
-        np.subtract(xs, np.amax(xs, axis=d, keepdims=True), out=os)
+        np.subtract(xs, _row_max(xs, d), out=os)
         np.exp(os, out=os)
         np.true_divide(os, np.sum(os, axis=d, keepdims=True), out=os)
     split(rows, x.shape[0], x.size if d else 0)  # one part when the rows are reduced
