@@ -324,7 +324,7 @@ class Sym:
             (monomial, coef), = other._poly.items()
         else:
             return None
-        if coef <= 0:
+        if coef == 0:
             return None
         out = {}
         for m, c in self._poly.items():
@@ -353,8 +353,13 @@ class Sym:
         return int(self) % (int(other) if isinstance(other, Sym) else other)
 
     def __rmod__(self, other):
-        if isinstance(other, int) and other == 0:
-            return 0
+        """``other % self`` for an int ``other``: symbolic when ``-self <= other < self``
+        (a shift or an index within the size), else specialised."""
+        if isinstance(other, int) and not isinstance(other, bool):
+            if 0 <= other and other < self:
+                return other
+            if other < 0 and -self <= other:
+                return other + self
         return other % int(self)
 
     def __truediv__(self, other):
