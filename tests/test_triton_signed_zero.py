@@ -1,15 +1,22 @@
-"""The sign of zero in generated Triton code, which Triton 3.6 loses where 3.9 keeps it: a
-``-0.0`` constant (3.6 makes it +0.0) and unary minus on floats (3.6's ``-x`` is ``0 - x``).
+"""The sign of zero, and exact arithmetic, in generated Triton code where Triton 3.6 or a GPU
+differs from Triton 3.9's interpreter: a ``-0.0`` constant (3.6 makes it +0.0), unary minus on
+floats (3.6's ``-x`` is ``0 - x``), a GPU's tree-ordered sums, and fp contraction.
 
 - ``neg``, ``clamp`` with a -0.0 bound, ``tanh`` and ``pow`` give NumPy's signs of zero under the
   interpreter (this file runs under Triton 3.9 here and 3.6 on the GPU machines' version).
+- Sums and means of -0.0 are +0.0, as the reference's (NumPy's sums start at +0.0), on the
+  persistent (full and masked blocks) and looped paths; cumsum and amax/amin keep -0.0.
 - No generated kernel holds a ``-0.0`` literal or a unary minus on a float operand.
-- Compiled ahead of time (sm80), the -0.0 bound stays -0.0 in the PTX.
+- Compiled ahead of time (sm80), the -0.0 bound stays -0.0 in the PTX, and a persistent sum
+  adds +0.0 to the tree of adds (which keeps -0.0 for a row of -0.0 without masked lanes).
 - pow's interpreter form computes product errors without ``tl.fma`` (which Triton 3.6's
-  interpreter rounds); its GPU form keeps ``tl.fma``.
+  interpreter rounds); its GPU form keeps ``tl.fma`` and compiles with fp fusion off, so the
+  powering loop's error-free sums are not contracted into fmas (sm80 and sm90 PTX).
 """
 from __future__ import annotations
 
+import ast
+import json
 import os
 import re
 import subprocess
@@ -17,6 +24,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 import graphnn
 from graphnn.codegen.triton import BACKEND
@@ -100,26 +108,111 @@ def test_pow_product_errors_take_fma_only_in_the_gpu_form():
 
 
 _PTX = """
-import importlib.util, sys
+import importlib.util, json, sys
 from triton import compile
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-spec = importlib.util.spec_from_file_location("signed_zero", sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-for name, (signature, constexprs) in module.SIGNATURES.items():
-    print(compile(ASTSource(getattr(module, name), signature, constexprs),
-                  target=GPUTarget("cuda", 80, 32)).asm["ptx"])
+for k, (path, arch, options) in enumerate(json.loads(sys.argv[1])):
+    spec = importlib.util.spec_from_file_location(f"module{k}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name, (signature, constexprs) in module.SIGNATURES.items():
+        given = module.LAUNCH_OPTIONS.get(name, {}) if options is None else options
+        print(compile(ASTSource(getattr(module, name), signature, constexprs),
+                      target=GPUTarget("cuda", arch, 32), options=given).asm["ptx"])
+    print("// end of module")
 """
+
+
+def _ptx(tmp_path, specs) -> list:
+    """The PTX of each ``(source, arch, options)`` in ``specs``: every jit function of a
+    generated module's GPU form compiled for ``sm{arch}`` with ``options`` (None: the module's
+    ``LAUNCH_OPTIONS``), in a process without the interpreter."""
+    args = []
+    for k, (source, arch, options) in enumerate(specs):
+        path = tmp_path / f"module{k}.py"
+        path.write_text(source)
+        args.append([str(path), arch, options])
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", _PTX, json.dumps(args)], env=env, check=True,
+                         capture_output=True, text=True, timeout=300).stdout
+    ptx = out.split("// end of module")[:-1]
+    assert [f".target sm_{arch}" in p for p, (_, arch, _) in zip(ptx, specs)] == [True] * len(specs)
+    return ptx
 
 
 def test_a_negative_zero_constant_survives_compilation(tmp_path):
     """The GPU form of clamp(x, max=-0.0) compiles for sm80 and selects -0.0's bits (0x80000000)
     in the PTX: a -0.0 literal would have been +0.0 on Triton 3.6."""
-    path = tmp_path / "clamp.py"
-    path.write_text(_generated(_op("clamp", max=-0.0), [(4,)], np.float32, False))
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    ptx = subprocess.run([sys.executable, "-c", _PTX, str(path)], env=env, check=True,
-                         capture_output=True, text=True, timeout=300).stdout
-    assert ".target sm_80" in ptx
+    (ptx,) = _ptx(tmp_path, [(_generated(_op("clamp", max=-0.0), [(4,)], np.float32, False), 80,
+                              None)])
     assert re.search(r"selp\.(f|b)32\s+%r\d+, (0f80000000|-2147483648),", ptx), ptx
+
+
+def _loops(ptx) -> list:
+    """The bodies of the PTX's loops: from a label to a later branch back to it."""
+    labels = {m.group(1): m.end() for m in re.finditer(r"^(\$L__BB\d+_\d+):", ptx, re.M)}
+    return [ptx[labels[m.group(1)]:m.start()]
+            for m in re.finditer(r"\bbra(?:\.uni)?\s+(\$L__BB\d+_\d+);", ptx)
+            if labels.get(m.group(1), len(ptx)) < m.start()]
+
+
+def test_the_powering_loop_is_compiled_without_fp_fusion(tmp_path):
+    """pow's double-double powering (float64, tensor exponent) launches and compiles with
+    ``enable_fp_fusion=False``: in the sm80 and sm90 PTX the loop's only fmas are the two
+    product errors' ``tl.fma``, and every other f64 add and multiply is ``.rn`` (which ptxas
+    does not contract either). With fusion on, the compiler fuses its sums (``ph + pl`` into
+    an fma of the product), breaking the error-free transformations. Only those kernels lose
+    fusion: a float32 power has no double-double code and keeps the default."""
+    fn = lambda a, b: a ** b  # noqa: E731
+    source = _generated(fn, [(4,), (4,)], np.float64, interpreter_form=False)
+    (options,) = re.findall(r"^LAUNCH_OPTIONS = (.*)$", source, re.M)
+    assert list(ast.literal_eval(options).values()) == [{"enable_fp_fusion": False}]
+    assert re.search(r"\]\(.*, enable_fp_fusion=False\)$", source, re.M)  # the launch
+    assert "enable_fp_fusion" not in _generated(fn, [(4,), (4,)], np.float32, False)
+    ptx = _ptx(tmp_path, [(source, 80, None), (source, 90, None),
+                          (source, 80, {"enable_fp_fusion": True})])
+    for unfused in ptx[:2]:
+        (loop,) = _loops(unfused)
+        assert len(re.findall(r"\bfma\.rn\.f64\b", loop)) == 2, loop
+        assert not re.search(r"\b(add|sub|mul)\.f64\b", loop), loop
+        assert re.search(r"\badd\.rn\.f64\b", loop), loop
+    (fused,) = _loops(ptx[2])
+    assert len(re.findall(r"\bfma\.rn\.f64\b", fused)) > 2, fused
+
+
+SUM_SHAPES = [((3, 8), [1]), ((3, 5), [1]), ((3, 40), [1]), ((40, 3), [0]), ((16,), None)]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_sums_of_negative_zeros_are_the_references(dtype, isolated_cache):  # noqa: F811
+    """Rows of -0.0 on the persistent path with full blocks (8 columns) and masked ones (5),
+    the looped path (40 columns, small blocks) and over the leading dim: sum and mean give
+    +0.0, as the reference (NumPy's sums start at +0.0) and PyTorch; cumsum, amax and amin
+    keep -0.0."""
+    for shape, dims in SUM_SHAPES:
+        x = np.full(shape, -0.0, dtype)
+        for op, attrs in (("sum", {"dims": dims}), ("mean", {"dims": dims}),
+                          ("amax", {"dims": dims}), ("cumsum", {"dim": -1})):
+            fn = _op(op, **attrs)
+            got = graphnn.compile(fn, backend=SMALL)(graphnn.tensor(x, device="cuda"))
+            want = graphnn.compile(fn, backend="numpy")(graphnn.tensor(x)).numpy()
+            np.testing.assert_array_equal(np.signbit(fn(graphnn.tensor(x)).numpy()),
+                                          np.signbit(want))  # eager: the reference itself
+            np.testing.assert_array_equal(np.signbit(got.cpu().numpy()), np.signbit(want),
+                                          err_msg=f"{op} {shape}")
+            assert np.signbit(want).all() == (op in ("amax", "cumsum")), (op, shape)
+    t = torch.full((3, 8), -0.0)
+    assert not torch.signbit(t.sum(1)).any() and not torch.signbit(t.mean(1)).any()
+
+
+def test_a_persistent_sum_adds_positive_zero_to_its_tree(tmp_path):
+    """A row that fits one block is summed by ``tl.sum``, a tree of adds across lanes and
+    threads with no +0.0 start: all -0.0 lanes (none masked) give -0.0 on a GPU, where the
+    interpreter's ``np.sum`` gives +0.0. The kernel adds +0.0 to the tree's result, which the
+    sm80 PTX keeps (x + 0.0 is not x for x = -0.0, so it is not folded away)."""
+    source = _generated(lambda a: a.sum(1), [(4, 8)], np.float32, interpreter_form=False)
+    assert "tl.sum(" in source and "for start in range" not in source  # persistent
+    (ptx,) = _ptx(tmp_path, [(source, 80, None)])
+    assert re.search(r"shfl\.sync\.bfly[\s\S]*\badd(\.rn)?\.f32\s+%r\d+, %r\d+, 0f00000000;",
+                     ptx), ptx

@@ -105,7 +105,7 @@ class _Module:
         self.header: list[str] = []
         self.functions: list[str] = []
         self.signatures: dict = {}  # jit function name -> (signature, constexprs)
-        self.options: dict = {}  # jit function name -> launch options (num_warps, num_stages)
+        self.options: dict = {}  # jit function name -> launch options (warps, stages, fp fusion)
         self.body: list[str] = []
         self.var: dict = {}  # value name -> Python variable
         self.position = {id(n): i for i, n in enumerate(graph.nodes)}
@@ -224,7 +224,7 @@ def generate(schedule, plan=None, kernel_id=None, blocks=DEFAULT_BLOCKS,
         lines += ["", "", fn]
     lines += ["", "", "# argument types and block sizes of each jit function (for triton.compile)",
               f"SIGNATURES = {m.signatures!r}",
-              "# launch options (num_warps, num_stages) of the jit functions that set them",
+              "# launch options (warps, stages, fp fusion) of the jit functions that set them",
               f"LAUNCH_OPTIONS = {m.options!r}"]
     lines += ["", "", "def kernel(inputs, params, buffers):"]
     lines += ["    " + line for line in m.body]

@@ -112,6 +112,7 @@ class KernelBody:
         self.held: dict = {}  # variable -> the Triton dtype it holds when not its compute dtype
         self.interpreter_form = interpreter_form
         self.wide = unit is not None and needs_int64(unit)
+        self.options: dict = {}  # compile options the code needs (``launch_of`` adds them)
 
     def program(self) -> str:
         """The program's number (int64 in a wide kernel)."""
@@ -226,8 +227,8 @@ class Launch:
     checks its wrapper makes before launching it: ``(read position, size, op, dim)`` each, the
     unit's read at that position holding indices into a dim of that size (a kernel cannot
     raise, so out-of-bounds indices raise here, as the reference raises them), and its launch
-    ``options`` (``num_warps``, ``num_stages``; empty: Triton's defaults), passed to the launch
-    and to ``triton.compile``."""
+    ``options`` (``num_warps``, ``num_stages``, ``enable_fp_fusion``; empty: Triton's
+    defaults), passed to the launch and to ``triton.compile``."""
 
     source: str
     grid: int
@@ -240,13 +241,13 @@ class Launch:
 def launch_of(name, unit, body, grid, blocks, options=None) -> Launch:
     """The ``Launch`` of kernel ``name`` whose ``body`` computes ``unit``: its signature (a
     pointer per read and write, then the block constants), ``grid`` programs, ``blocks`` and
-    the launch ``options`` (None: Triton's defaults)."""
+    the launch ``options`` (None: Triton's defaults) with ``body.options`` added."""
     signature = {f"in{i}": POINTER_TYPES[v.type.dtype.name] for i, v in enumerate(unit.reads)}
     signature.update({f"out{i}": POINTER_TYPES[v.type.dtype.name]
                       for i, v in enumerate(unit.writes)})
     signature.update({k: "constexpr" for k in blocks})
     source = "\n".join(_header(name, unit, list(blocks)) + body.lines)
-    return Launch(source, grid, blocks, signature, options=dict(options or {}))
+    return Launch(source, grid, blocks, signature, options={**(options or {}), **body.options})
 
 
 def pointwise_body(body: KernelBody, unit, program: str, pointers: dict) -> int:
@@ -498,7 +499,10 @@ def _pivot_result(r: _Reduction) -> str | None:
     is_float = r.acc_type in ("tl.float32", "tl.float64")
     if op in ("sum", "mean"):
         r.reduce([_Acc("red_s", _masked, "sum", "0")])
-        return "red_s" if op == "sum" else f"red_s / {cols!r}"
+        # a float sum of all -0.0 is +0.0 in the reference (NumPy's sums start at +0.0), which
+        # + 0.0 gives where no lane is masked: a GPU's tree of adds keeps -0.0 there
+        total = "(red_s + 0.0)" if is_float else "red_s"
+        return total if op == "sum" else f"{total} / {cols!r}"
     if op in ("amax", "amin"):
         kind = "max" if op == "amax" else "min"
         if not is_float:  # integers (bools as int8): the dtype's extreme is neutral
