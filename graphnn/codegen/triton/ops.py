@@ -20,7 +20,10 @@ interpreter and its compiler alike): a float constant equal to 0 (a ``-0.0`` lit
 product by -1.0) and a -0.0 constant is ``NEGATIVE_ZERO`` (the sign bit bitcast to float32,
 which the compiled code keeps as the bits 0x80000000). 3.6's interpreter also computes
 ``tl.fma`` as a rounded product plus an add, so exact product errors are ``product_error``:
-``tl.fma`` in the GPU form, Dekker's product in the interpreter form.
+``tl.fma`` in the GPU form, Dekker's product in the interpreter form. The compiler (3.6 and 3.9)
+contracts products and sums into fmas, which breaks error-free sums, so the GPU form of a
+kernel holding pow's double-double powering asks for ``enable_fp_fusion=False`` through
+``em.options``.
 """
 from __future__ import annotations
 
