@@ -6,6 +6,7 @@ import pytest
 
 import graphnn
 from graphnn import nn
+from graphnn.nn import functional as F
 from graphnn.compiler.stages import build
 from graphnn.ir import symbolic as S
 from graphnn.runtime.backends import get_backend
@@ -137,4 +138,23 @@ def test_size_arithmetic_of_reversals_shifts_and_negative_indices_stays_symbolic
     for batch in (4, 5, 9):
         x = graphnn.randn(batch, 3)
         np.testing.assert_array_equal(compiled(x).numpy(), fn(x).numpy())
+    assert compiled.compiles == 1, compiled.recompile_reasons
+
+
+@pytest.mark.parametrize("mode", ["replicate", "reflect", "circular"])
+def test_the_gradient_of_a_pad_along_a_symbolic_size_compiles_once(mode):
+    """The pad's source index along a symbolic size is computed per call (arange, clamp,
+    remainder), not a constant of the traced length."""
+    import torch
+    import torch.nn.functional as TF
+
+    def f(x):
+        return F.pad(x.t().unsqueeze(0), (2, 1), mode=mode).pow(2).sum()
+    compiled = graphnn.compile(f, dynamic=True)
+    for batch in (4, 5, 7):
+        x = graphnn.randn(batch, 3, requires_grad=True)
+        compiled(x).backward()
+        tx = torch.from_numpy(x.detach().numpy()).requires_grad_(True)
+        TF.pad(tx.t().unsqueeze(0), (2, 1), mode=mode).pow(2).sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
     assert compiled.compiles == 1, compiled.recompile_reasons

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import DTypeError
+from .symbolic import Sym
 
 
 @functools.cache
@@ -188,7 +189,8 @@ def scalar_result_type(tensor_dtype: DType, value) -> DType:
     integer or bool tensor gives the default float dtype; an int scalar with a bool tensor
     gives int64.
     """
-    category = 0 if isinstance(value, (bool, np.bool_)) else 1 if isinstance(value, (int, np.integer)) else 2
+    category = 0 if isinstance(value, (bool, np.bool_)) else \
+        1 if isinstance(value, (int, np.integer, Sym)) else 2  # a symbolic size is an int
     if category <= tensor_dtype.category:
         return tensor_dtype
     return DEFAULT_FLOAT if category == 2 else int64

@@ -13,6 +13,7 @@ import numpy as np
 from ..dtypes import int64
 from ..errors import ShapeError
 from ..registry import Attr, NotDifferentiable, OpDef, OpGroup, register, type_of_array
+from ..symbolic import Sym
 from ..types import TensorType
 from .shape_rules import checked_shape, fmt_shape, normalize_dim, promoted
 
@@ -237,6 +238,22 @@ def pad_source_index(size: int, lo: int, hi: int, mode: str) -> np.ndarray:
     return np.where(folded >= size, period - folded, folded)
 
 
+def _pad_index(b, size, lo: int, hi: int, mode: str):
+    """``pad_source_index`` as a graph value: a constant, or, for a symbolic ``size`` (the same
+    arithmetic on ``arange``), values computed per call."""
+    if not isinstance(size, Sym):
+        return b.constant(pad_source_index(size, lo, hi, mode))
+    positions = b.arange(start=-lo, end=size + hi, step=1, dtype=int64)
+    if mode == "replicate":
+        return b.clamp(positions, min=0, max=size - 1)
+    if mode == "circular":
+        return b.remainder(positions, b.full(shape=(), value=size, dtype=int64))
+    period = b.full(shape=(), value=2 * (size - 1), dtype=int64)  # size >= 2: never 0
+    folded = b.remainder(b.abs(positions), period)
+    return b.where(b.ge(folded, b.full(shape=(), value=size, dtype=int64)),
+                   b.sub(period, folded), folded)
+
+
 def _grad_pad(b, ctx, g):
     t = ctx.input_types[0]
     mode = ctx.attrs["mode"]
@@ -249,7 +266,7 @@ def _grad_pad(b, ctx, g):
             stops[d] = shape[d] - hi
             g = b.slice(g, starts=tuple(starts), stops=tuple(stops), steps=(1,) * len(shape))
             continue
-        index = b.constant(pad_source_index(t.shape[d], lo, hi, mode))
+        index = _pad_index(b, t.shape[d], lo, hi, mode)
         shape[d] = t.shape[d]
         g = b.index_put(b.zeros(shape, b.dtype(g)), g, index, dims=(d,), accumulate=True)
     return [g]
