@@ -126,6 +126,8 @@ def test_factory_by_module_path(runs):
     graph = _graph(runs["mlp_module_path"])
     assert [n.op for n in graph.nodes].count("matmul") == 3
     assert [v.name for v in graph.params][:2] == ["0.weight", "0.bias"]
+    # python -m graphnn reaches the model's forward through runpy: no "<frozen runpy>" line
+    assert "<frozen" not in runs["mlp_module_path"].stdout
 
 
 def test_function_of_tensors(runs):

@@ -82,7 +82,9 @@ def source_location() -> str | None:
 
 
 def _describe(frame) -> str | None:
-    if frame is None:
+    """``file.py:LINE`` of ``frame``; None for no frame or for Python's own frozen modules
+    (``python -m graphnn`` reaches graphnn through ``<frozen runpy>``: no user line)."""
+    if frame is None or frame.f_code.co_filename.startswith("<frozen "):
         return None
     path = frame.f_code.co_filename
     try:
