@@ -6,11 +6,16 @@ filter for the RuntimeWarnings the interpreter raises on masked-off lanes (it co
 NaN from 0/0 there is never stored)."""
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
+import json
 import os
+import select
 import subprocess
 import sys
+import tempfile
+import time
 
 import pytest
 
@@ -37,51 +42,69 @@ INTERPRETER_WARNINGS = pytest.mark.filterwarnings(
     "ignore::RuntimeWarning:triton.runtime.interpreter")
 
 
-_AOT_SCRIPT = """
-import importlib.util, re, sys
-from triton import compile
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-seen, count = set(), 0
-for path in sys.argv[1:]:
-    spec = importlib.util.spec_from_file_location("aot_" + path.split("/")[-1][:-3], path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for name, (signature, constexprs) in module.SIGNATURES.items():
-        fn = getattr(module, name)
-        options = getattr(module, "LAUNCH_OPTIONS", {}).get(name, {})
-        # kernels differing only in sizes, strides, comments and the width of signed
-        # integers below 64 bits compile alike: one of each (per launch options)
-        code = re.sub(r"#.*", "", fn.src.split("\\n", 1)[1])
-        types = tuple(re.sub(r"i(8|16|32)$", "i", t) for t in signature.values())
-        key = (re.sub(r"(int|i)(8|16|32)|\\d+", "N", code), types,
-               tuple(sorted(options.items())))
-        if key in seen:
-            continue
-        seen.add(key)
-        for arch in (80, 90) if "sm90" in path else (80,):
-            ptx = compile(ASTSource(fn, signature, constexprs),
-                          target=GPUTarget("cuda", arch, 32), options=options).asm["ptx"]
-            assert f".target sm_{arch}" in ptx, (path, name, arch)
-            if "num_warps" in options:  # the warps reached the compiler
-                assert re.search(rf"\\.(req|max)ntid {32 * options['num_warps']}\\b", ptx), \
-                    (path, name, options)
-        count += 1
-print(count)
-"""
+class _Compilers:
+    """The worker processes of ``compile_ahead_of_time`` (``tests/aot_worker.py``, one per
+    core, at most 4), started on first use and kept for the session: each starts triton and
+    hashes its library once, and the cores share every batch of kernels."""
+
+    def __init__(self):
+        self.workers: list = []
+        self.cache = tempfile.TemporaryDirectory(prefix="graphnn-aot-")
+
+    def start(self):
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ, TRITON_INTERPRET="0", TRITON_CACHE_DIR=self.cache.name,
+                   PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        for _ in range(min(4, len(os.sched_getaffinity(0)))):
+            log = tempfile.TemporaryFile("w+")
+            process = subprocess.Popen(
+                [sys.executable, os.path.join(root, "tests", "aot_worker.py")], env=env,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
+            self.workers.append((process, log))
+
+    def stop(self):
+        for process, log in self.workers:
+            process.kill()
+            process.wait()
+            log.close()
+        self.workers = []
+
+    def run(self, paths, timeout=600) -> int:
+        """Compile the kernels of ``paths`` across the workers; returns how many distinct
+        kernels there were. A failed compile (or worker) fails the calling test."""
+        if not self.workers:
+            self.start()
+        parts = len(self.workers)
+        for part, (process, _) in enumerate(self.workers):
+            process.stdin.write(json.dumps({"paths": paths, "part": part, "parts": parts}) + "\n")
+            process.stdin.flush()
+        deadline, answers = time.monotonic() + timeout, []
+        for process, log in self.workers:
+            ready = select.select([process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            line = process.stdout.readline() if ready[0] else ""
+            if not line:  # died or timed out: fresh workers for the next test
+                log.seek(0)
+                stderr = log.read()[-4000:]
+                self.stop()
+                raise AssertionError(f"ahead-of-time compile worker failed:\n{stderr}")
+            answers.append(json.loads(line))
+        errors = [a["error"] for a in answers if "error" in a]
+        assert not errors, errors[0][-4000:]
+        assert sum(a["compiled"] for a in answers) == answers[0]["distinct"], answers
+        return answers[0]["distinct"]
+
+
+_COMPILERS = _Compilers()
+atexit.register(_COMPILERS.stop)
 
 
 def compile_ahead_of_time(paths, tmp_path) -> int:
     """Compile every jit function of the generated modules at ``paths`` (each listed in its
     module's ``SIGNATURES``, one of each kernel that differs only in sizes, with its
     ``LAUNCH_OPTIONS``: warps and stages) to PTX for sm80,
-    and for sm90 too where the path contains "sm90", with no GPU: in a subprocess with the
-    interpreter off, so that what the interpreter accepts and the compiler rejects fails the
-    test. Returns how many distinct kernels compiled."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_CACHE_DIR=str(tmp_path / "cache"),
-               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run([sys.executable, "-c", _AOT_SCRIPT, *paths], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return int(done.stdout.split()[-1])
+    and for sm90 too where the path contains "sm90", with no GPU: in worker processes with the
+    interpreter off (``tests/aot_worker.py``), so that what the interpreter accepts and the
+    compiler rejects fails the test. Returns how many distinct kernels compiled.
+    ``tmp_path`` is unused (the workers share one Triton cache for the session)."""
+    del tmp_path
+    return _COMPILERS.run([str(p) for p in paths])
