@@ -207,3 +207,25 @@ def test_scalar_pow_where_and_detach_are_plain_numpy_calls():
         expected = interpret(graph, *inputs)
         got = kernel(list(inputs), {}, {})
         assert [_bits(a) for a in got] == [_bits(a) for a in expected]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.bool_])
+def test_where_with_a_zero_operand_takes_one_pass_and_keeps_every_bit(dtype):
+    """``_rt.where`` with a 0-d +0 as either operand (a causal mask's gradient, ReLU's) under
+    broadcast and full masks, into a new array and into the other operand's own buffer,
+    equals np.where bit for bit (NaN, infinities, -0.0 kept; a 0-d -0.0 is no zero)."""
+    from graphnn.codegen.numpy import support as rt
+    rng = np.random.default_rng(8)
+    full = rng.standard_normal((3, 4, 6, 6)).astype(dtype)
+    if full.dtype.kind == "f":
+        full.reshape(-1)[:4] = (np.nan, -0.0, np.inf, -np.inf)
+    causal = np.tril(np.ones((6, 6), bool))
+    for cond in (causal, causal[None, None], rng.random((3, 4, 6, 6)) < 0.5,
+                 rng.random((3, 1, 6, 1)) < 0.5):
+        for zero in (np.zeros((), dtype), np.array(-0.0).astype(dtype)):
+            for a, b in ((full, zero), (zero, full)):
+                expected = np.where(cond, a, b)
+                assert _bits(rt.where(cond, a, b)) == _bits(expected)
+                if b is zero:  # out may be the first operand's buffer
+                    own = full.copy()
+                    assert _bits(rt.where(cond, own, b, out=own)) == _bits(expected)
