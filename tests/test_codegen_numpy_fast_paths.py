@@ -229,3 +229,58 @@ def test_where_with_a_zero_operand_takes_one_pass_and_keeps_every_bit(dtype):
                 if b is zero:  # out may be the first operand's buffer
                     own = full.copy()
                     assert _bits(rt.where(cond, own, b, out=own)) == _bits(expected)
+
+
+def _gemms_into_cat(n):
+    """Three batched GEMMs (attention's q, k, v gradients: [2,3,5,n] each) permuted and
+    reshaped into a cat with a plain operand, and a fourth whose heads a permute and a
+    reshape join (attention's output, read twice); ``n`` columns per GEMM."""
+    return verify(parse(f"""graph qkv_grad(%p: f32[2,3,5,5], %a: f32[2,3,5,{n}], %b: f32[2,3,5,{n}],
+                             %x: f32[2,5,1,3,{n}]) {{
+  %0: f32[2,3,5,{n}] = matmul(%p, %a)
+  %1: f32[2,3,5,{n}] = matmul(%p, %b)
+  %2: f32[2,3,5,5] = permute(%p) {{dims=[0,1,3,2]}}
+  %3: f32[2,3,5,{n}] = matmul(%2, %a)
+  %4: f32[2,5,3,{n}] = permute(%0) {{dims=[0,2,1,3]}}
+  %5: f32[2,5,1,3,{n}] = reshape(%4) {{shape=[2,5,1,3,{n}]}}
+  %6: f32[2,5,3,{n}] = permute(%1) {{dims=[0,2,1,3]}}
+  %7: f32[2,5,1,3,{n}] = reshape(%6) {{shape=[2,5,1,3,{n}]}}
+  %8: f32[2,5,3,{n}] = permute(%3) {{dims=[0,2,1,3]}}
+  %9: f32[2,5,1,3,{n}] = reshape(%8) {{shape=[2,5,1,3,{n}]}}
+  %10: f32[2,5,4,3,{n}] = cat(%5, %x, %7, %9) {{dim=2}}
+  %11: f32[2,5,{12 * n}] = reshape(%10) {{shape=[2,5,{12 * n}]}}
+  %12: f32[2,5,{12 * n}] = mul(%11, %11)
+  %13: f32[2,3,5,{n}] = matmul(%2, %b)
+  %14: f32[2,5,3,{n}] = permute(%13) {{dims=[0,2,1,3]}}
+  %15: f32[2,5,{3 * n}] = reshape(%14) {{shape=[2,5,{3 * n}]}}
+  %16: f32[2,5,{3 * n}] = add(%15, %15)
+  %17: f32[2,5,{3 * n}] = mul(%15, %16)
+  return (%12, %16, %17)
+}}"""))
+
+
+def test_gemms_write_into_the_cat_or_reshape_that_joins_them():
+    """Batched GEMMs whose results only reach a ``cat`` through permutes and reshapes write
+    into their regions of the cat's result (the cat copies only its other operand), and one
+    whose result a permute and a reshape join writes where the reshape then views it (no
+    copy); the results equal the interpreter bit for bit, on every call, and where a region
+    is no matrix stack BLAS takes (one column) the GEMM writes its own array and the cat or
+    the reshape copies it."""
+    rng = np.random.default_rng(9)
+    for n, placed in ((4, True), (1, False)):
+        graph = _gemms_into_cat(n)
+        source = numpy_source(graph)
+        assert source.count("out=_rt.part_of(") == 4 and "placed=True" in source, source
+        kernel = load_numpy_kernel(source)
+        buffers = {}
+        for _ in range(2):
+            inputs = [_specials(rng, (2, 3, 5, 5), np.float32),
+                      *(_specials(rng, (2, 3, 5, n), np.float32) for _ in range(2)),
+                      rng.standard_normal((2, 5, 1, 3, n)).astype(np.float32)]
+            expected = interpret(graph, *inputs)
+            got = kernel(list(inputs), {}, buffers)
+            assert [_bits(a) for a in got] == [_bits(a) for a in expected]
+        from graphnn.codegen.numpy import support as rt
+        region = rt.part_of(np.empty((2, 5, 4, 3, n), np.float32), 2, 0, 1,
+                            (("reshape", (2, 5, 3, n)), ("transpose", (0, 2, 1, 3))))
+        assert (region is not None) == placed

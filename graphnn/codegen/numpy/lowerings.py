@@ -191,6 +191,7 @@ def _cast(node, args, ctx):
 
 
 def _reshape(node, args, ctx):
+    ctx.memory.take_reserved(node.outputs[0])  # a GEMM may have written it (_gemm_out)
     return Lowered(f"{args[0]}.reshape({tuple(node.attrs['shape'])!r})", views=True)
 
 
@@ -271,7 +272,36 @@ def _gemm_ok(node) -> bool:
 def _matmul(node, args, ctx):
     if not _gemm_ok(node):
         return None
-    return f"_rt.matmul_epilogue({', '.join(args)}{ctx.out_arg(node)})"
+    return f"_rt.matmul_epilogue({', '.join(args)}{_gemm_out(node, ctx)})"
+
+
+def _gemm_out(node, ctx) -> str:
+    """``, out=`` for a GEMM's result. A batched GEMM (no 2-D second operand, whose GEMM
+    folds the leading dims on a C-contiguous result) whose result only reaches a ``cat``
+    through reshapes and permutes (attention's q, k and v gradients), or a reshape after a
+    permute that would copy (attention's heads joined again), writes into its region of that
+    result (``ctx.memory.gathered``; ``_rt.part_of``, through the inverse views), so the cat
+    or the reshape copies nothing for it; else ``ctx.out_arg``."""
+    first, second = (v.type.ndim for v in node.inputs[:2])
+    found = None if first >= 2 and second == 2 else ctx.memory.gathered(node.outputs[0])
+    if found is None:
+        return ctx.out_arg(node)
+    sink, chain = found
+    result = sink.outputs[0]
+    if sink.op == "cat":
+        operand = chain[-1].outputs[0] if chain else node.outputs[0]
+        axis = sink.attrs["dim"] % result.type.ndim
+        start = 0
+        for v in sink.inputs[:[v.name for v in sink.inputs].index(operand.name)]:
+            start = start + v.type.shape[axis]
+        stop = start + operand.type.shape[axis]
+    else:
+        axis, start, stop = 0, 0, result.type.shape[0]
+    steps = tuple(("reshape", tuple(view.inputs[0].type.shape)) if view.op == "reshape" else
+                  ("transpose", tuple(int(d) for d in np.argsort(view.attrs["dims"])))
+                  for view in reversed(chain))
+    slot = ctx.memory.hold_part(node.outputs[0], result)
+    return f", out=_rt.part_of({slot}, {axis}, {start!r}, {stop!r}, {steps!r})"
 
 
 def _split(node, args):
@@ -294,8 +324,9 @@ def _matmul_epilogue(node, args, ctx):
     later = ctx.recomputed_later(node)
     pre = f", pre={ctx.memory.reserve(later.outputs[0])}" if later is not None else ""
     a, b, bias, residual = _split(node, args)
+    out = ctx.out_arg(node) if pre else _gemm_out(node, ctx)
     return f"_rt.matmul_epilogue({a}, {b}, {bias}, {residual}, " \
-           f"activation={node.attrs['activation']!r}{ctx.out_arg(node)}{pre})"
+           f"activation={node.attrs['activation']!r}{out}{pre})"
 
 
 def _geometry(node) -> str:
@@ -408,11 +439,14 @@ def _index_put(node, args, ctx):
 
 
 def _cat(node, args, ctx):
-    """Same-dtype operands concatenated into a C-contiguous result (``_rt.cat``)."""
+    """Same-dtype operands concatenated into a C-contiguous result (``_rt.cat``), the array
+    its parts' GEMMs wrote into where they did (``_gemm_out``)."""
     if any(v.type.dtype != node.outputs[0].type.dtype for v in node.inputs):
         return None
     axis = node.attrs["dim"] % node.outputs[0].type.ndim
-    return f"_rt.cat(({', '.join(args)},), {axis}{ctx.out_arg(node)})"
+    held = ctx.memory.take_reserved(node.outputs[0])  # its parts' GEMMs wrote into it
+    out = f", out={held}, placed=True" if held else ctx.out_arg(node)
+    return f"_rt.cat(({', '.join(args)},), {axis}{out})"
 
 
 def _attention(node, args, ctx):

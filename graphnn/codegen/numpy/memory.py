@@ -11,7 +11,10 @@ updates are written into the state's own array. This module follows it:
   go to this backend's scratch arrays ``b0, b1...``, reused by exact shape and dtype after their
   last read, and overwriting a dying operand of their own type when the lowering is elementwise
   (a fused kernel becomes a chain of in-place ufunc calls). Without a plan every value is
-  placed this way.
+  placed this way;
+- a batched GEMM whose result only reaches a ``cat`` (or a copying reshape) through views is
+  written into its region of that result (``gathered``, ``hold_part``): the result takes a
+  scratch array reserved from the first such GEMM on, which the GEMMs' results view.
 
 Guards the plan cannot see: results of reference calls and view lowerings may view their
 operands' memory, so each buffer records the values that may view it; a planned buffer still
@@ -115,12 +118,58 @@ class Placement:
     def reserve(self, value) -> str:
         """A scratch array for ``value``, written ahead of its own statement (by an earlier
         one, which computes it along the way) and held for it until then; ``take_reserved``
-        binds it when its statement comes. Its identifier ``bK``."""
-        slot = len(self.specs)
-        self.specs.append((tuple(value.type.shape), value.type.dtype.np.name))
+        binds it when its statement comes. Its identifier ``bK`` (a free one of its shape
+        and dtype, else a new one)."""
+        spec = (tuple(value.type.shape), value.type.dtype.np.name)
+        pool = self.free.get(spec)
+        slot = pool.pop() if pool else len(self.specs)
+        if slot == len(self.specs):
+            self.specs.append(spec)
         self.holders[slot] = {value.name}
         self.reserved[value.name] = slot
         return f"b{slot}"
+
+    def gathered(self, value):
+        """``(sink, [view nodes])`` when a GEMM's result ``value`` may be written straight
+        into the array that later holds it: its only use is a chain of reshapes and permutes
+        (each value of it read once) ending as one operand of a ``cat`` of its dtype (the
+        sink; the chain leads to that operand), or else whose last reshape follows a permute
+        and would copy (the sink: the last node of the chain). The sink's result must take
+        scratch (no graph output, fresh array or state update). Else None."""
+        chain = []
+        while value.name not in self.outputs and len(self.readers.get(value.name, ())) == 1:
+            node = self.readers[value.name][0]
+            if node.op == "cat":
+                operands = [v.name for v in node.inputs]
+                same = all(v.type.dtype == value.type.dtype for v in node.inputs)
+                return self._sink(node, chain) if same and operands.count(value.name) == 1 \
+                    else None
+            if node.op not in ("reshape", "permute"):
+                break
+            chain.append(node)
+            value = node.outputs[0]
+        while chain and chain[-1].op != "reshape":
+            chain.pop()
+        if not any(n.op == "permute" for n in chain):
+            return None
+        return self._sink(chain[-1], chain)
+
+    def _sink(self, node, chain):
+        result = node.outputs[0].name
+        if result in self.outputs or result in self.fresh or result in self.writes:
+            return None
+        return node, chain
+
+    def hold_part(self, value, result) -> str:
+        """The scratch array reserved for the sink's result ``result`` (reserved now if it
+        is not yet; ``gathered``), of which ``value`` is written as a part: ``value`` may
+        view it from now on. Its identifier ``bK``."""
+        slot = self.reserved.get(result.name)
+        ident = self.reserve(result) if slot is None else f"b{slot}"
+        slot = self.reserved[result.name]
+        self.alias[value.name] = {slot}
+        self.holders[slot].add(value.name)
+        return ident
 
     def take_reserved(self, value) -> str | None:
         """The identifier of the array ``reserve`` set aside for ``value`` (now its home, freed

@@ -90,15 +90,46 @@ def slice_scatter(base, src, key, out=None):
     return out
 
 
-def cat(xs, axis, out=None):
+def cat(xs, axis, out=None, placed=False):
     """``np.concatenate`` of same-dtype ``xs`` into a C-contiguous ``out`` (new when None):
     the reference's values, but never in the strided layout NumPy gives the result of
-    transposed operands (whose reshape would then copy)."""
+    transposed operands (whose reshape would then copy). ``placed``: an operand may already
+    be its region of ``out`` (its GEMM wrote there through ``part_of``, else it is a fresh
+    array, sharing no memory with ``out``); those are not copied."""
     if out is None:
         shape = list(xs[0].shape)
         shape[axis] = sum(x.shape[axis] for x in xs)
         out = np.empty(shape, xs[0].dtype)
-    return np.concatenate(xs, axis=axis, out=out)
+    if not placed:
+        return np.concatenate(xs, axis=axis, out=out)
+    lead, start = (slice(None),) * axis, 0
+    for x in xs:
+        region = out[lead + (slice(start, start + x.shape[axis]),)]
+        start += x.shape[axis]
+        if x.strides != region.strides or not np.may_share_memory(x, region):
+            np.copyto(region, x)
+    return out
+
+
+def part_of(base, axis, start, stop, steps):
+    """The elements ``start:stop`` along ``axis`` of ``base`` seen through ``steps``
+    (``("reshape", shape)`` or ``("transpose", axes)``, in order), for a batched GEMM to write
+    its result into; None where a reshape would copy, or where the view is no row-major
+    matrix stack (unit last stride, rows at least a row apart) on which NumPy's matmul calls
+    BLAS as on a C-contiguous result (its loops elsewhere, and its vector cases, may sum in
+    another order)."""
+    view = base[(slice(None),) * axis + (slice(start, stop),)]
+    for kind, arg in steps:
+        try:
+            view = view.transpose(arg) if kind == "transpose" else \
+                np.reshape(view, arg, copy=False)
+        except ValueError:
+            return None
+    size = view.itemsize
+    if view.ndim < 2 or min(view.shape[-2:]) < 2 or view.strides[-1] != size or \
+            view.strides[-2] % size or view.strides[-2] < view.shape[-1] * size:
+        return None
+    return view
 
 
 # ---- contractions --------------------------------------------------------------------------------
