@@ -354,45 +354,24 @@ def test_more_sizes_than_kept_kernels():
 
 # ---- what cannot be symbolic: per size, with one warning ----------------------------------------
 
-def _replicate_padded(x):
-    return graphnn.nn.functional.pad(x, (1, 2), mode="replicate").square().sum()
-
-
-def test_a_graph_with_no_generic_kernel_warns_once_and_compiles_per_size():
-    """The gradient of a replicate pad builds a constant index array as long as the padded
-    dimension, which a symbolic size cannot give (found by graphnn fuzz): the signature warns
-    once and compiles each size on its own; gradients equal eager's."""
-    compiled = graphnn.compile(_replicate_padded, dynamic=True)
-    messages = []
-    for size in (4, 6, 4, 9):
-        x = graphnn.randn(3, size, requires_grad=True)
-        xe = x.detach().clone().requires_grad_()
-        out, caught = _calls_recording_warnings(compiled, x)
-        messages += caught
-        out.backward()
-        expected = _replicate_padded(xe)
-        expected.backward()
-        _assert_close(out, expected, f"T={size}")
-        _assert_close(x.grad, xe.grad, f"T={size} grad")
-    assert len(messages) == 1, messages
-    assert NOT_GENERIC in messages[0] and "compiling per size" in messages[0]
-    assert compiled.compiles == 3  # 4, 6, 9: each its own static entry, 4 reused
-    assert not compiled._last.dynamic
-    assert not next(iter(compiled.kernel_sources().values())).startswith("# size symbols")
-
-
-def test_a_backend_that_cannot_generate_for_symbols_compiles_per_size(monkeypatch):
-    """Any compile failure under symbolic sizes takes the same path: here the backend's
-    generator refuses sources that name a size symbol."""
+def _refuse_symbolic_sources_with(monkeypatch, marker: str):
+    """Register a NumPy backend whose generator refuses a source that names a size symbol and
+    holds ``marker``: a compile failure under symbolic sizes, for that code only."""
     numpy_backend = backends.get_backend("numpy")
 
     def refusing(schedule, plan=None, **kwargs):
         source = numpy_backend.generate(schedule, plan, **kwargs)
-        if "s0" in source:  # a size symbol (static sources name no s0)
+        if "s0" in source and marker in source:  # static sources name no s0
             raise NotImplementedError("no symbolic sizes here")
         return source
     monkeypatch.setitem(backends._REGISTERED, "numpy",
                         dataclasses.replace(numpy_backend, generate=refusing))
+
+
+def test_a_backend_that_cannot_generate_for_symbols_compiles_per_size(monkeypatch):
+    """A compile failure under symbolic sizes (here the backend's generator refuses sources
+    that name a size symbol) warns once and compiles each size on its own."""
+    _refuse_symbolic_sources_with(monkeypatch, "")
     model = _mlp()
     eager = copy.deepcopy(model)
     compiled = graphnn.compile(model, dynamic=True)
@@ -458,14 +437,16 @@ def test_second_identical_model_generates_nothing(isolated_cache):  # noqa: F811
 
 def _padded_when_long(x):
     if x.shape[1] > 8:  # a guard; its other side has no kernel generic in the sizes
-        return _replicate_padded(x)
+        return graphnn.nn.functional.pad(x, (1, 2), mode="replicate").square().sum()
     return x.square().sum()
 
 
-def test_sizes_compiled_on_their_own_after_a_symbolic_entry_are_reused():
+def test_sizes_compiled_on_their_own_after_a_symbolic_entry_are_reused(monkeypatch):
     """A size that breaks the symbolic entry's guard and then has no generic kernel of its own
-    is compiled once for its size, and later calls at that size run that entry (no new trace,
-    no new compile, within recompile_limit)."""
+    (the backend refuses the replicate pad's symbolic source) is compiled once for its size,
+    and later calls at that size run that entry (no new trace, no new compile, within
+    recompile_limit)."""
+    _refuse_symbolic_sources_with(monkeypatch, "replicate")
     compiled = graphnn.compile(_padded_when_long, dynamic=True, recompile_limit=4)
     messages = []
     for size in (4, 12, 12, 5, 12, 12, 12):
