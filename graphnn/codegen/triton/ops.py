@@ -155,8 +155,10 @@ def _tanh(x, out, em):
     wide = em.tmp(f"{x}.to(tl.float64)")
     y = em.tmp(f"-2.0 * tl.abs({wide})")
     u = em.tmp(f"tl.exp({y})")
-    # u - 1 is -1 for x = inf; NaN stays NaN in Kahan's branch
-    m = em.tmp(f"tl.where({u} < 0.5, {u} - 1.0, ({u} - 1.0) * {y} / tl.log({u}))")
+    # u - 1 is -1 for x = inf; NaN stays NaN in Kahan's branch; u = 1 (|x| below 1e-17, where
+    # the result is x) divides by 1, not by log(1) = 0 (no 0/0 in the branch not taken)
+    log_u = em.tmp(f"tl.where({u} == 1.0, 1.0, tl.log({u}))")
+    m = em.tmp(f"tl.where({u} < 0.5, {u} - 1.0, ({u} - 1.0) * {y} / {log_u})")
     t = em.tmp(f"{m} / (-2.0 - {m})")
     signed = f"tl.where({wide}.to(tl.int64, bitcast=True) < 0, {negated(t)}, {t})"
     return f"tl.where(tl.abs({wide}) < 1.35e-08, {wide}, {signed}).to({out})"
