@@ -7,11 +7,16 @@
   value bit for bit (the exact power by ``fractions.Fraction``), so within one ulp of NumPy's
   ``np.power`` (whose SIMD loop is not correctly rounded), and the bias corrections
   ``1 - beta ** step`` equal those of the correctly rounded power.
+- The powering loop runs as many steps as the block's largest exponent has bits: exponents of
+  up to 32 bits beside small ones in one block, in a pointwise and in a reduction kernel, are
+  still correctly rounded.
 - An Adam step's update runs in one launch with nothing on the host, and equals PyTorch.
-- The kernels' GPU form (0-d values as scalars, the static powering loop) compiles for sm80.
+- The kernels' GPU form (0-d values as scalars, the powering loop bounded by a block's largest
+  exponent, 1-d and 2-d) compiles for sm80.
 """
 from __future__ import annotations
 
+from decimal import Decimal, localcontext
 from fractions import Fraction
 
 import numpy as np
@@ -80,6 +85,40 @@ def test_integer_powers_are_correctly_rounded(isolated_cache):  # noqa: F811
             maxulp=1)
 
 
+def _rounded_power(base: float, n: int) -> float:
+    """``base ** n`` correctly rounded to float64 (from 60 significant digits)."""
+    with localcontext() as context:
+        context.prec = 60
+        return float(Decimal(base) ** n)
+
+
+def test_integer_powers_of_up_to_32_bits_beside_small_ones(isolated_cache):  # noqa: F811
+    """The powering loop takes as many steps as the block's largest |exponent| has bits: blocks
+    of 16 (the small backend) mixing 32-bit exponents with small ones and zeros, one block of
+    small ones only, and the 2-d blocks of a reduction kernel (pow fused before amax) give the
+    correctly rounded powers bit for bit (bases near 1, so the powers stay in range)."""
+    rng = np.random.default_rng(14)
+    base = 1 + rng.integers(-40, 41, 64) * 2.0 ** -32
+    base[::7] *= -1
+    large = [2 ** 32 - 1, 2 ** 31 + 1, 2 ** 31, 3_000_000_001, 123_456_789]
+    exponent = rng.choice([0, 1, 2, 3, 5, 1000] + large, 64) * rng.choice([-1, 1], 64)
+    exponent[48:] = rng.integers(-9, 10, 16)  # the last block: 4 bits at most
+    want = np.array([_rounded_power(b, int(n)) for b, n in zip(base, exponent)])
+    x, y = base.astype(np.float64), exponent.astype(np.float64)
+    powers = lambda a, b: a ** b  # noqa: E731
+    got = graphnn.compile(powers, backend=SMALL)(graphnn.tensor(x, device="cuda"),
+                                                 graphnn.tensor(y, device="cuda"))
+    np.testing.assert_array_equal(got.cpu().numpy(), want)
+    rows = lambda a, b: (a ** b).amax(1)  # noqa: E731
+    got = graphnn.compile(rows, backend=SMALL)(graphnn.tensor(x.reshape(4, 16), device="cuda"),
+                                               graphnn.tensor(y.reshape(4, 16), device="cuda"))
+    np.testing.assert_array_equal(got.cpu().numpy(), want.reshape(4, 16).max(1))
+    sources = [p.read_text() for p in isolated_cache.rglob("*.py")]
+    sources = [t for t in sources if "graphnn Triton kernels" in t]
+    assert len(sources) == 2  # both powers ran in kernels, each with the bounded loop
+    assert all("while " in t and "_rt.host_op" not in t for t in sources)
+
+
 def test_an_adam_step_has_no_host_unit_and_one_update_launch(isolated_cache):  # noqa: F811
     """Three compiled Adam steps on cuda (betas whose powers the step takes) equal PyTorch's;
     each module runs its update in one launch and nothing on the host."""
@@ -103,10 +142,12 @@ def test_an_adam_step_has_no_host_unit_and_one_update_launch(isolated_cache):  #
 
 def test_pow_kernels_compile_ahead_of_time(tmp_path):
     """The GPU form: a 0-d float64 power (scalars, the powering loop) fused with its users, a
-    float32 and a float64 tensor power."""
+    float32 and a float64 tensor power, and a float64 power fused into a reduction (2-d blocks,
+    whose largest exponent bounds the loop)."""
     cases = [(lambda b, s: 1 - b ** s, [(), ()], np.float64),
              (lambda b, s: (1 - b ** s) * 2, [(), (4, 3)], np.float64),
-             (_pow, [(4, 3), (3,)], np.float32)]
+             (_pow, [(4, 3), (3,)], np.float32),
+             (lambda b, s: (b ** s).amax(1), [(4, 3), (4, 3)], np.float64)]
     paths = []
     for k, (fn, shapes, dtype) in enumerate(cases):
         graph = graphnn.trace(fn, *[graphnn.tensor(np.ones(s, dtype)) for s in shapes])
@@ -117,4 +158,4 @@ def test_pow_kernels_compile_ahead_of_time(tmp_path):
         path.write_text(source)
         paths.append(str(path))
     assert "tl.load(in0)" in open(paths[0]).read()  # a 0-d value is a scalar
-    assert compile_ahead_of_time(paths, tmp_path) == 3
+    assert compile_ahead_of_time(paths, tmp_path) == 4

@@ -249,17 +249,23 @@ def _integer_power(a: str, e: str, em) -> str:
     give garbage), by binary powering in double-double arithmetic (exact products through
     ``product_error``: a relative error near ``|e| * 2**-100`` before the final rounding, so
     the reference's correctly rounded values come out bit for bit) as long as no power of ``a``
-    it forms overflows or underflows. A static loop of 32 steps: in a pointwise kernel a 0-d
-    value is a scalar, so a 0-d power (an optimizer step's bias corrections) costs 32 steps per
-    thread."""
+    it forms overflows or underflows. The loop takes one step per bit of the block's largest
+    ``|e|`` (a scalar bound from ``tl.max``: 1 to 32 steps; a step count below 2**k takes k);
+    lanes with fewer bits only square their base in the later steps, so each lane's result is
+    that of a 32-step loop. In a pointwise kernel's GPU form a 0-d value is a scalar, so a 0-d
+    power (an optimizer step's bias corrections) runs the loop once per thread."""
     if not em.interpreter_form:  # contraction would fuse the error-free sums into fmas
         em.options["enable_fp_fusion"] = False
     n = em.tmp(f"tl.where(tl.abs({e}) < 4294967296.0, tl.abs({e}), 0.0).to(tl.int64)")
+    # the largest n of the block (n plus a block of one, so that a scalar n reduces too); a
+    # while loop on it: Triton 3.6's interpreter holds scalars as 1-element arrays, which
+    # range() refuses (NumPy 2 converts only 0-d arrays to int)
+    top = em.tmp(f"tl.max({n} + tl.zeros([1], tl.int64), axis=None)")
     zero = f"({a} * 0.0 + {e} * 0.0)"  # of the broadcast shape, as the loop carries it
     rh, rl, sh, sl = (em.tmp(v) for v in (f"{zero} + 1.0", zero, f"{a} + {zero}", zero))
-    em.emit(f"for {rh}_bit in range(32):")
+    em.emit(f"while {top} != 0:")
     em.indent += 1
-    bit = em.tmp(f"(({n} >> {rh}_bit) & 1) != 0")
+    bit = em.tmp(f"({n} & 1) != 0")
     ph = em.tmp(f"{rh} * {sh}")
     pl = em.tmp(f"{product_error(rh, sh, ph, em)} + ({rh} * {sl} + {rl} * {sh})")
     th = em.tmp(f"{ph} + {pl}")
@@ -269,6 +275,8 @@ def _integer_power(a: str, e: str, em) -> str:
     ql = em.tmp(f"{product_error(sh, sh, qh, em)} + 2.0 * {sh} * {sl}")
     em.emit(f"{sh} = {qh} + {ql}")
     em.emit(f"{sl} = {ql} - ({sh} - {qh})")
+    em.emit(f"{n} = {n} >> 1")
+    em.emit(f"{top} = {top} >> 1")
     em.indent -= 1
     inv = em.tmp(f"1.0 / {rh}")
     if em.interpreter_form:  # 1 - rh * inv: unit is within an ulp of 1, so 1 - unit is exact
