@@ -243,16 +243,15 @@ _NEGATION = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 
 
 def _as_poly(value):
-    """(poly, hint) of an int or Sym; None for anything else."""
+    """(poly, hint) of a Sym or an integer (an int, bool or NumPy integer); None for anything
+    else."""
     if isinstance(value, Sym):
         return value._poly, value.hint
-    if isinstance(value, int) and not isinstance(value, bool) or isinstance(value, bool):
-        return ({(): int(value)} if value else {}), int(value)
     index = getattr(value, "__index__", None)
-    if index is not None and not isinstance(value, float):
-        v = index()
-        return ({(): v} if v else {}), v
-    return None
+    if index is None or isinstance(value, float):
+        return None
+    v = index()
+    return ({(): v} if v else {}), v
 
 
 def _make(poly: dict, hint: int):
