@@ -153,9 +153,9 @@ class ShapeEnv:
                      for size in shape)
 
     def record(self, poly: dict, relation: str) -> None:
-        """Add the guard ``poly <relation> 0``. An equality that gives a symbol as a value or
-        as another symbol (``s2 - 32 == 0``, ``s3 - s0 == 0``) also replaces it in later
-        decisions (``fixed``: the highest-numbered symbol of such a pair goes)."""
+        """Add the guard ``poly <relation> 0``. A linear equality (``s2 - 32 == 0``,
+        ``s3 - s0 == 0``, ``s13 - s5 + s9 - 3 == 0``) also replaces its highest-numbered symbol
+        in later decisions, by the rest (``fixed``), when that divides exactly."""
         terms = [m for m in poly if m]
         if relation in ("==", "!=") and terms and \
                 poly[min(terms, key=lambda m: (-len(m), m))] < 0:  # s0-s2, not -s0+s2
@@ -165,16 +165,12 @@ class ShapeEnv:
             self.guards.append(guard)
         if relation != "==" or not all(len(m) <= 1 for m in poly):
             return
-        linear = sorted(((m[0], c) for m, c in poly.items() if m),
-                        key=lambda nc: int(nc[0][1:]) if nc[0][1:].isdigit() else -1)
-        constant = poly.get((), 0)
-        if len(linear) == 1:
-            (name, coef), = linear
-            value, remainder = divmod(-constant, coef)
-            if not remainder:
-                self.fixed[name] = {(): value} if value else {}
-        elif len(linear) == 2 and not constant and linear[0][1] == -linear[1][1]:
-            self.fixed[linear[1][0]] = {(linear[0][0],): 1}
+        linear = [(m[0], c) for m, c in poly.items() if m]
+        if not linear:
+            return
+        name, coef = max(linear, key=lambda nc: _symbol_number(nc[0]))
+        if all(c % coef == 0 for c in poly.values()):  # name = the rest, in lower symbols
+            self.fixed[name] = {m: -(c // coef) for m, c in poly.items() if m != (name,)}
 
     def check(self, values: dict) -> str | None:
         """None when the symbol ``values`` are all at least SMALLEST and satisfy every guard,
@@ -189,6 +185,11 @@ class ShapeEnv:
 
 
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("graphnn_shape_env", default=None)
+
+
+def _symbol_number(name: str) -> int:
+    """``s12`` -> 12 (other names, as tests use, -1): replacements go from high to low."""
+    return int(name[1:]) if name[1:].isdigit() else -1
 
 
 def current_env():
