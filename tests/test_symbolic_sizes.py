@@ -158,3 +158,15 @@ def test_the_gradient_of_a_pad_along_a_symbolic_size_compiles_once(mode):
         TF.pad(tx.t().unsqueeze(0), (2, 1), mode=mode).pow(2).sum().backward()
         np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
     assert compiled.compiles == 1, compiled.recompile_reasons
+
+
+def test_a_linear_equality_replaces_its_highest_numbered_symbol():
+    env = S.ShapeEnv()
+    a, b, c, d = (env.symbol(f"s{i}", hint) for i, hint in enumerate((9, 4, 3, 8)))
+    with S.active_env(env):
+        assert d == a - b + c  # s3 == s0 - s1 + s2, on the hints
+        assert S.same_size(d + 1, a - b + c + 1)  # identity under the replacement, no guard
+        assert d * 2 == (a - b + c) * 2  # decided without a guard through it
+    assert [g.text for g in env.guards] == ["s0-s1+s2-s3 == 0"]
+    assert env.check({"s0": 5, "s1": 2, "s2": 3, "s3": 6}) is None
+    assert env.check({"s0": 5, "s1": 2, "s2": 3, "s3": 7}) == "s0-s1+s2-s3 == 0"
