@@ -110,6 +110,11 @@ def test_sizes_that_break_a_guard_are_refused(block_artifact):
         artifact.check([np.zeros((4, 10, 16), np.float32)])
     with pytest.raises(GuardError, match="s1 >= 2"):
         artifact.check([np.zeros((4, 1, 32), np.float32)])
+    with pytest.raises(GuardError, match="input 0 expected dtype float32, got float64"):
+        artifact.check([np.zeros((4, 10, 32), np.float64)])
+    artifact.check([np.zeros((4, 10, 32), np.float32)])  # remembered as checked
+    with pytest.raises(GuardError, match="s2"):  # the same shapes with other sizes: checked
+        artifact.check([np.zeros((4, 10, 16), np.float32)])
 
 
 def test_dynamic_on_cuda_tensors_compiles_per_size_on_the_device():

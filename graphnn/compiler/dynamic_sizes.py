@@ -14,6 +14,8 @@ import contextlib
 
 from ..ir.symbolic import ShapeEnv, active_env
 
+MEMO_SHAPES = 256  # sets of input shapes remembered with their entry (forgotten all at once)
+
 
 def sizes_env(dynamic: bool):
     """The context a dynamic signature compiles in: a fresh ShapeEnv made active, so the trace
@@ -26,6 +28,8 @@ class SizeFamily:
 
     def __init__(self):
         self.entries = []
+        self._by_shapes = {}  # the call's input shapes -> the entry they ran last
+
 
     @property
     def latest(self):
@@ -33,10 +37,19 @@ class SizeFamily:
         return self.entries[-1]
 
     def find(self, tensors):
-        """The first entry valid at the sizes of the call's ``tensors``, else None."""
+        """The first entry valid at the sizes of the call's ``tensors``, else None (remembered
+        per set of input shapes: entries are only ever added, and an earlier entry is found
+        first either way)."""
         arrays = [t._data for t in tensors]
+        shapes = tuple(a.shape for a in arrays)
+        entry = self._by_shapes.get(shapes)
+        if entry is not None:
+            return entry
         for entry in self.entries:
             if entry.artifact.guard_failure(entry.artifact.values_of(arrays)) is None:
+                if len(self._by_shapes) >= MEMO_SHAPES:
+                    self._by_shapes.clear()
+                self._by_shapes[shapes] = entry
                 return entry
         return None
 

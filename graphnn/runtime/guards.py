@@ -71,7 +71,7 @@ class Signature:
 _DTYPE_NAMES: dict = {}  # numpy dtype -> its name (``np.dtype.name`` is slow Python code)
 
 
-def _dtype_name(dtype) -> str:
+def dtype_name(dtype) -> str:
     name = _DTYPE_NAMES.get(dtype)
     if name is None:
         name = _DTYPE_NAMES[dtype] = dtype.name
@@ -85,7 +85,7 @@ def spec_of(tensor) -> TensorSpec:
         return TensorSpec(tuple(tensor.shape), tensor.dtype.name, tensor._requires_grad,
                           str(tensor.device))
     host = tensor._host_array()
-    return TensorSpec(host.shape, _dtype_name(host.dtype), tensor._requires_grad)
+    return TensorSpec(host.shape, dtype_name(host.dtype), tensor._requires_grad)
 
 
 def _shape(shape) -> str:
@@ -191,7 +191,7 @@ def check_inputs(specs, arrays, where: str) -> None:
     if len(arrays) != len(specs):
         raise GuardError(f"{where}: expected {len(specs)} tensor inputs, got {len(arrays)}")
     for i, (spec, a) in enumerate(zip(specs, arrays)):
-        dtype = _dtype_name(a.dtype) if isinstance(a, np.ndarray) else type(a).__name__
+        dtype = dtype_name(a.dtype) if isinstance(a, np.ndarray) else type(a).__name__
         if dtype != spec.dtype:
             raise GuardError(f"{where}: input {i} expected dtype {spec.dtype}, got {dtype}")
         shape = tuple(getattr(a, "shape", ()))

@@ -13,15 +13,18 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+import numpy as np
+
 from ..ir import debug_mode
 from ..ir.symbolic import Sym
 from ..ir.types import TensorType
 from . import cache, debug
 from .artifact import schedule_of
-from .guards import GuardError
+from .guards import GuardError, dtype_name
 
 KERNEL_ID = "symbolic"  # each binding has its own buffers dict, so one fixed id serves them all
 KEPT_SIZES = 8  # kernels and scratch buffers kept per artifact (least recently used dropped)
+KEPT_CHECKS = 256  # input shapes remembered as checked (forgotten all at once past this)
 
 
 def _shape_text(shape) -> str:
@@ -62,6 +65,7 @@ class SymbolicArtifact:
                                                           KERNEL_ID)
         self._backend = backend
         self._kernels = OrderedDict()  # binding (tuple of items) -> kernel
+        self._checked = set()  # ((shape, dtype) per input) that passed bind
         self._lock = threading.Lock()
         self._local = threading.local()
         self.calls = 0
@@ -96,14 +100,23 @@ class SymbolicArtifact:
 
     def bind(self, arrays) -> dict:
         """The symbol values the host (or device) ``arrays`` carry; GuardError naming the input
-        when one does not fit its symbolic shape, or naming the guard that fails."""
+        when one does not fit its dtype or symbolic shape, or naming the guard that fails.
+        Shapes that passed are remembered (``KEPT_CHECKS``): a later call with the same
+        shapes and dtypes checks nothing again."""
         where = f"compiled {self.name}"
         if len(arrays) != len(self.input_types):
             raise GuardError(f"{where}: expected {len(self.input_types)} tensor inputs, got "
                              f"{len(arrays)}")
+        key = tuple((getattr(a, "shape", ()), getattr(a, "dtype", None)) for a in arrays)
+        if key in self._checked:
+            return self.values_of(arrays)
         values = {name: int(arrays[i].shape[d]) if len(getattr(arrays[i], "shape", ())) > d
                   else -1 for name, (i, d) in self._readers.items()}
         for i, (t, a) in enumerate(zip(self.input_types, arrays)):
+            dtype = dtype_name(a.dtype) if isinstance(a, np.ndarray) else type(a).__name__
+            if dtype != t.dtype.name:
+                raise GuardError(f"{where}: input {i} expected dtype {t.dtype.name}, got "
+                                 f"{dtype}")
             shape = tuple(getattr(a, "shape", ()))
             want = tuple(evaluate(s, values) for s in t.shape)
             if shape != want:
@@ -114,6 +127,9 @@ class SymbolicArtifact:
         if failed is not None:
             raise GuardError(f"{where}: the sizes {_binding_text(values)} break the guard "
                              f"{failed}")
+        if len(self._checked) >= KEPT_CHECKS:
+            self._checked.clear()
+        self._checked.add(key)
         return values
 
     def values_of(self, arrays) -> dict:
