@@ -63,14 +63,16 @@ def test_kernels_are_imported_from_their_cache_file(name, isolated_cache):  # no
                                   ((0 <= t) & (t < 1)).float().numpy())
 
 
-def test_a_kernel_with_symbolic_sizes_is_imported_from_a_file_per_binding_too():
+def test_a_kernel_with_symbolic_sizes_is_imported_once_and_bound_per_size():
     env = ShapeEnv()
     g = Graph("double")
     x = g.add_input("x", TensorType((env.symbol("s0", 11), 3), D.float32))
     g.outputs = g.call("add", x, x)
     artifact = SymbolicArtifact(g, get_backend("numpy"), env)
-    kernel = artifact.kernel_for({"s0": 5})
-    assert "def kernel(" in inspect.getsource(kernel)
+    kernel, other = artifact.kernel_for({"s0": 5}), artifact.kernel_for({"s0": 7})
+    assert kernel is not other and kernel.__code__ is other.__code__  # one module, two sizes
+    assert "def run(" in inspect.getsource(kernel)
+    assert pathlib.Path(kernel.__code__.co_filename).is_file()
     x = np.arange(15, dtype=np.float32).reshape(5, 3)
     np.testing.assert_array_equal(artifact.run([x], {}), x + x)
 

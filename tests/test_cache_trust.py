@@ -228,7 +228,7 @@ def test_kernel_that_raises_when_run_runs_once_and_its_error_reaches_the_caller(
     assert entry.exists() and cache.stats.disk_corrupt == 0  # not a cache problem
 
 
-def test_a_symbolic_kernel_loaded_for_new_sizes_is_imported_from_a_private_file():
+def test_a_symbolic_kernel_is_imported_from_its_private_cache_file_once_for_every_size():
     model = nn.Sequential(nn.Linear(4, 3), nn.ReLU())
     model.compile(dynamic=True)
     with graphnn.no_grad():
@@ -238,7 +238,8 @@ def test_a_symbolic_kernel_loaded_for_new_sizes_is_imported_from_a_private_file(
                                        np.maximum(x.numpy() @ model[0].weight.detach().numpy().T
                                                   + model[0].bias.detach().numpy(), 0), rtol=1e-5)
     artifact = model.forward._entries[model.forward._last].latest.artifact
-    assert len(artifact._kernels) == 2  # one load per set of sizes
+    assert len(artifact._kernels) == 2  # one kernel per set of sizes, from one module
+    assert len({k.__code__.co_filename for k in artifact._kernels.values()}) == 1
     for kernel in artifact._kernels.values():
         path = pathlib.Path(kernel.__code__.co_filename)
         assert path.is_file() and stat.S_IMODE(path.stat().st_mode) == 0o600

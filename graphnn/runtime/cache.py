@@ -3,8 +3,7 @@
 The key of a kernel is ``sha256(graph text + backend version + options)`` (the graph of the
 schedule a backend generates it from). The memory cache
 maps a key to the loaded kernel (so a second compile of the same graph, by another model
-instance or another ``compile`` call, generates nothing). ``get_source`` is the same lookup for
-a source that is not loaded as it is (the probes a dynamic kernel is fitted from).
+instance or another ``compile`` call, generates nothing).
 
 The disk cache keeps one file ``<key>.py`` per key under ``$GRAPHNN_CACHE_DIR`` (default
 ``~/.cache/graphnn``; created with mode 0700), written atomically with mode 0600. The file's
@@ -64,7 +63,6 @@ class CacheStats:
 
 stats = CacheStats()
 _memory: dict = {}  # key -> (source, kernel)
-_sources: dict = {}  # key -> source (``get_source``: generated, not loaded)
 _warned: set = set()  # cache directories a KernelCacheWarning was given for
 _fallback_dir = None  # this process's private directory, once made
 _lock = threading.Lock()
@@ -244,39 +242,17 @@ def _generated(generate) -> str:
     return source
 
 
-def get_source(schedule, backend, plan=None, options: str = "", kernel_id=None) -> str:
-    """The source for ``schedule`` without loading it (a kernel with symbolic sizes, loaded
-    per binding by ``symbolic_artifact``): from memory, from a trusted disk cache (checksum verified), or
-    generated with ``kernel_id`` (then stored there)."""
-    key = cache_key(str(schedule.graph), backend.version, f"{options};kernel_id={kernel_id}")
-    hit = _remembered(_sources, key)
-    if hit is not None:
-        return hit
-    directory = trusted_cache_dir()
-    source = read_source(directory, key) if directory is not None else None
-    if source is not None:
-        stats.disk_hits += 1
-    else:
-        source = _generated(lambda: backend.generate(schedule, plan, kernel_id=kernel_id))
-        _try_write(directory, key, source)
-    with _lock:
-        _sources[key] = source
-    return source
-
-
 def kernel_from_source(source: str, backend):
-    """Load generated ``source`` (a kernel with symbolic sizes and one binding of them, cheap
-    to make again) the way every kernel is loaded: from a file by import, never from a string.
-    The file goes to this process's private directory, so the disk cache keeps one entry per
-    compiled kernel, not one per binding of its sizes."""
+    """Load generated ``source`` made outside the cache (tools and tests generating a source
+    themselves) the way every kernel is loaded: from a file by import, never from a string.
+    The file goes to this process's private directory, not the disk cache."""
     key = cache_key(source, backend.version, "source")
     return import_kernel(backend, write_entry(_private_fallback_dir(), key, source))
 
 
 def clear_memory() -> None:
-    """Forget the kernels and sources held in memory and the warnings given, as a new process
-    would start."""
+    """Forget the kernels held in memory and the warnings given, as a new process would
+    start."""
     with _lock:
         _memory.clear()
-        _sources.clear()
         _warned.clear()

@@ -1,12 +1,13 @@
 """A compiled artifact with symbolic sizes (``compile(..., dynamic=True)``).
 
 The stage's graph has tensor types whose dimensions may be ``ir.symbolic.Sym`` (``f32[s0,s1,32]``),
-and its kernel source, generated once, names the size symbols as module globals
-(``reshape((s0*s1, 32))``, ``_BUFFERS = (((s0, s1, 32), 'float32'), ...)``). A call binds the
-symbols from its inputs' shapes (each symbol is some input dimension of its own), checks every
-input against its symbolic shape and the compilation's guards, and runs the source loaded with
-the symbols bound (``s0 = 5`` lines before it): no tracing, pass or code generation runs for new
-sizes. Loaded kernels and scratch buffers are kept for the ``KEPT_SIZES`` bindings used last.
+and its kernel source, generated once and imported once from its cache file like every kernel,
+computes with the size symbols (``reshape((s0*s1, 32))``, ``_BUFFERS = (((s0, s1, 32),
+'float32'), ...)``): the module's ``kernel(sizes)`` takes the symbols' values and returns the
+kernel for them. A call binds the symbols from its inputs' shapes (each symbol is some input
+dimension of its own), checks every input against its symbolic shape and the compilation's
+guards, and runs the kernel for those sizes: no tracing, pass, code generation or import runs
+for new sizes. Kernels and scratch buffers are kept for the ``KEPT_SIZES`` bindings used last.
 """
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from . import cache, debug
 from .artifact import schedule_of
 from .guards import GuardError, dtype_name
 
-KERNEL_ID = "symbolic"  # each binding has its own buffers dict, so one fixed id serves them all
 KEPT_SIZES = 8  # kernels and scratch buffers kept per artifact (least recently used dropped)
 KEPT_CHECKS = 256  # input shapes remembered as checked (forgotten all at once past this)
 
@@ -61,8 +61,8 @@ class SymbolicArtifact:
         self.param_names = [v.name for v in graph.params]
         self.output_types = [(v.name, v.type) for v in graph.output_values()]
         self._readers = self._symbol_readers(sizes_given)
-        self.source = self._preamble() + cache.get_source(self.schedule, backend, plan, options,
-                                                          KERNEL_ID)
+        source, self._bind_kernel = cache.get_kernel(self.schedule, backend, plan, options)
+        self.source = self._preamble() + source
         self._backend = backend
         self._kernels = OrderedDict()  # binding (tuple of items) -> kernel
         self._checked = set()  # ((shape, dtype) per input) that passed bind
@@ -146,15 +146,16 @@ class SymbolicArtifact:
         self.bind(arrays)
 
     def kernel_for(self, values: dict):
-        """The loaded kernel for a binding (the source loaded with it on first use)."""
+        """The kernel for a binding of the size symbols: the generated module's
+        ``kernel(sizes)`` called with it once (kept for the ``KEPT_SIZES`` bindings used
+        last); the module itself was imported once, from its cache file."""
         key = tuple(sorted(values.items()))
         with self._lock:
             kernel = self._kernels.get(key)
             if kernel is not None:
                 self._kernels.move_to_end(key)
                 return kernel
-        bindings = "".join(f"{name} = {int(value)!r}\n" for name, value in key)
-        kernel = cache.kernel_from_source(bindings + self.source, self._backend)
+        kernel = self._bind_kernel(dict(key))
         with self._lock:
             self._kernels[key] = kernel
             while len(self._kernels) > KEPT_SIZES:

@@ -336,11 +336,32 @@ def generate(schedule: Schedule, plan=None, kernel_id: str | None = None) -> str
              f"# graph {comment_text(graph.name)}",
              "import numpy as np",
              "from graphnn.codegen.numpy import support as _rt", ""]
-    lines += ctx.header + consts + ["", "",
-                                    "def kernel(inputs, params, buffers):",
-                                    "    with np.errstate(all='ignore'):"]
-    lines += ["        " + line for line in body]
-    return "\n".join(lines) + "\n"
+    symbols = _size_symbols(graph)
+    run = [f"def {'run' if symbols else 'kernel'}(inputs, params, buffers):",
+           "    with np.errstate(all='ignore'):"] + ["        " + line for line in body]
+    if not symbols:
+        return "\n".join(lines + ctx.header + consts + ["", ""] + run) + "\n"
+    # symbolic sizes: ``kernel(sizes)`` makes the kernel for one binding of the symbols
+    binder = ["def kernel(sizes):",
+              '    """The kernel for the size symbols\' values ``sizes`` (name -> int)."""',
+              f"    {', '.join(symbols)}, = {', '.join(f'sizes[{n!r}]' for n in symbols)},"]
+    binder += ["    " + line if line else "" for line in ctx.header + consts + [""] + run]
+    return "\n".join(lines + [""] + binder + ["    return run"]) + "\n"
+
+
+def _size_symbols(graph) -> list:
+    """The size symbols (``ir.symbolic``) the graph's types and attributes name, sorted."""
+    found = set()
+    for v in graph.values():
+        for size in v.type.shape:
+            if isinstance(size, Sym):
+                found |= size.symbols
+    for node in graph.nodes:
+        for value in node.attrs.values():
+            for size in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(size, Sym):
+                    found |= size.symbols
+    return sorted(found)
 
 
 __all__ = ["BACKEND_VERSION", "generate", "literal"]
