@@ -175,3 +175,13 @@ def test_a_linear_equality_replaces_its_highest_numbered_symbol():
     assert [g.text for g in env.guards] == ["s0-s1+s2-s3 == 0"]
     assert env.check({"s0": 5, "s1": 2, "s2": 3, "s3": 6}) is None
     assert env.check({"s0": 5, "s1": 2, "s2": 3, "s3": 7}) == "s0-s1+s2-s3 == 0"
+
+
+def test_a_constant_slice_splits_sizes_at_its_bound_only():
+    """``x[:20]``: one entry for sizes of at least 20 (size 20 included: whether the slice is
+    the identity is an identity question, not a guard), one for smaller sizes."""
+    compiled = graphnn.compile(lambda x: x[:20] * 2, dynamic=True)
+    for batch in (32, 20, 25, 10, 12):
+        x = graphnn.randn(batch, 3)
+        np.testing.assert_array_equal(compiled(x).numpy(), (x[:20] * 2).numpy())
+    assert compiled.compiles == 2, compiled.recompile_reasons

@@ -23,6 +23,7 @@ import numpy as np
 from ..ir.errors import DTypeError, IndexError_, ShapeError
 from ..ir.ops.shape_rules import broadcast_shapes, fmt_shape
 from ..ir.registry import get_op
+from ..ir.symbolic import same_shape
 from ..ir.types import TensorType
 from .device import DeviceError
 from .dispatch import apply1
@@ -50,7 +51,9 @@ class IndexPlan:
         return tuple(max(0, -(-(b - a) // c)) for a, b, c in bounds)
 
     def slice_is_identity(self, shape) -> bool:
-        return self.sliced_shape() == tuple(shape) and all(c == 1 for c in self.steps)
+        """Whether the slice keeps every element (symbolic sizes compared by identity: a
+        slice kept where it is the identity for some sizes is still right)."""
+        return same_shape(self.sliced_shape(), tuple(shape)) and all(c == 1 for c in self.steps)
 
 
 def _is_int(k) -> bool:
