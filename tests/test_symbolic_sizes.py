@@ -12,6 +12,7 @@ from graphnn.ir import symbolic as S
 from graphnn.runtime.backends import get_backend
 from graphnn.runtime.guards import GuardError
 from graphnn.runtime.symbolic_artifact import SymbolicArtifact
+from compile_helpers import isolated_cache  # noqa: F401  (a kernel cache of its own)
 
 
 def _env_with(**hints):
@@ -185,3 +186,34 @@ def test_a_constant_slice_splits_sizes_at_its_bound_only():
         x = graphnn.randn(batch, 3)
         np.testing.assert_array_equal(compiled(x).numpy(), (x[:20] * 2).numpy())
     assert compiled.compiles == 2, compiled.recompile_reasons
+
+
+def test_guards_of_code_generation_come_back_on_a_cache_hit(isolated_cache):  # noqa: F811
+    """A generator's decision on a size is a guard; a cache hit generates nothing, so the
+    guards a source was generated under travel in it (GUARDS) and are recorded again."""
+    import dataclasses
+    from graphnn.ir import Graph, TensorType
+    from graphnn.ir.dtypes import float32
+    from graphnn.runtime import cache
+    numpy_backend = get_backend("numpy")
+
+    def deciding(schedule, plan=None, **kwargs):
+        assert schedule.graph.inputs[0].type.shape[0] > 8  # a size-dependent choice
+        return numpy_backend.generate(schedule, plan, **kwargs)
+    backend = dataclasses.replace(numpy_backend, generate=deciding)
+
+    def compiled():
+        env = S.ShapeEnv()
+        g = Graph("double")
+        x = g.add_input("x", TensorType((env.symbol("s0", 11), 3), float32))
+        g.outputs = g.call("add", x, x)
+        with S.active_env(env):
+            return SymbolicArtifact(g, backend, env), env
+    first, env = compiled()
+    generated = cache.stats.generated
+    cache.clear_memory()  # the second compile reads the disk cache
+    second, again = compiled()
+    assert cache.stats.generated == generated  # nothing generated: a hit
+    assert [g.text for g in again.guards] == [g.text for g in env.guards] == ["s0 > 8"]
+    with pytest.raises(GuardError, match="s0 > 8"):
+        second.check([np.zeros((5, 3), np.float32)])

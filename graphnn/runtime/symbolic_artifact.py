@@ -62,6 +62,8 @@ class SymbolicArtifact:
         self.output_types = [(v.name, v.type) for v in graph.output_values()]
         self._readers = self._symbol_readers(sizes_given)
         source, self._bind_kernel = cache.get_kernel(self.schedule, backend, plan, options)
+        for poly, relation in self._bind_kernel.__globals__.get("GUARDS", ()):
+            env.record(dict(poly), relation)  # what its generation decided on (a cache hit)
         self.source = self._preamble() + source
         self._backend = backend
         self._kernels = OrderedDict()  # binding (tuple of items) -> kernel

@@ -35,7 +35,7 @@ from graphnn.ir.dtypes import DType
 from graphnn.ir.schedule import Schedule
 
 from .common import is_uniform
-from ...ir.symbolic import Sym
+from ...ir.symbolic import Sym, current_env
 from .lowerings import Lowered, lowering_for
 from .memory import Placement
 from ..source_text import comment_text, identifier_base
@@ -341,7 +341,12 @@ def generate(schedule: Schedule, plan=None, kernel_id: str | None = None) -> str
            "    with np.errstate(all='ignore'):"] + ["        " + line for line in body]
     if not symbols:
         return "\n".join(lines + ctx.header + consts + ["", ""] + run) + "\n"
-    # symbolic sizes: ``kernel(sizes)`` makes the kernel for one binding of the symbols
+    # symbolic sizes: ``kernel(sizes)`` makes the kernel for one binding of the symbols;
+    # GUARDS, the compilation's guards when this was generated (decisions above may rest on
+    # them), go with the source, so that a cache hit, which generates nothing, records them
+    env = current_env()
+    guards = tuple((g.poly, g.relation) for g in env.guards) if env is not None else ()
+    lines.append(f"GUARDS = {guards!r}  # (((symbols...), coefficient), ...), relation to 0")
     binder = ["def kernel(sizes):",
               '    """The kernel for the size symbols\' values ``sizes`` (name -> int)."""',
               f"    {', '.join(symbols)}, = {', '.join(f'sizes[{n!r}]' for n in symbols)},"]

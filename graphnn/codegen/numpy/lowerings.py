@@ -38,6 +38,7 @@ from graphnn.ir import get_op
 from graphnn.ir.dtypes import LOW_PRECISION
 from graphnn.ir.ops.pool import has_outside_windows
 from graphnn.ir.ops.shape_rules import normalize_dims
+from graphnn.ir.symbolic import same_size
 
 
 @dataclass
@@ -209,7 +210,7 @@ def _slice_key(node) -> str:
     for size, a, b, c in zip(node.inputs[0].type.shape, node.attrs["starts"],
                              node.attrs["stops"], node.attrs["steps"]):
         text = "" if a == 0 else str(a)
-        text += ":" + ("" if b == size else str(b))
+        text += ":" + ("" if same_size(b, size) else str(b))  # (no guard: :20 is right too)
         text += "" if c == 1 else f":{c}"
         parts.append(text)
     return ", ".join(parts) or "..."
