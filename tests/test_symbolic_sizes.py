@@ -217,3 +217,20 @@ def test_guards_of_code_generation_come_back_on_a_cache_hit(isolated_cache):  # 
     assert [g.text for g in again.guards] == [g.text for g in env.guards] == ["s0 > 8"]
     with pytest.raises(GuardError, match="s0 > 8"):
         second.check([np.zeros((5, 3), np.float32)])
+
+
+def test_kernels_of_one_graph_text_under_other_guards_are_not_shared():
+    """int(size) specialises each entry (guard s0 == N) while the graph's text stays the same
+    symbolic text: the cache key holds the guards, so each size gets a kernel generated under
+    its own guards instead of one carrying another size's (which refused its own call)."""
+    def f(x):
+        assert int(x.shape[0]) > 0  # a specialisation the graph does not show
+        return x * 2
+    compiled = graphnn.compile(f, dynamic=True)
+    for batch in (3, 6, 5, 3, 6):
+        x = graphnn.randn(batch, 4)
+        np.testing.assert_array_equal(compiled(x).numpy(), (x * 2).numpy())
+    assert compiled.compiles == 3
+    family = next(iter(compiled._entries.values()))
+    assert [[g.text for g in e.artifact.env.guards if "s0" in g.text] for e in family.entries] \
+        == [["s0 == 3"], ["s0 == 6"], ["s0 == 5"]]

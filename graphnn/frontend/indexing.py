@@ -269,8 +269,8 @@ def _fit_value(value, shape):
     if tuple(value.shape) == tuple(shape):
         return value
     try:
-        fits = np.broadcast_shapes(value.shape, tuple(shape)) == tuple(shape)
-    except ValueError:
+        fits = same_shape(broadcast_shapes("__setitem__", [value.shape, shape]), tuple(shape))
+    except ShapeError:
         fits = False
     if not fits:
         raise ShapeError(f"__setitem__: shape mismatch: value of shape {fmt_shape(value.shape)} "

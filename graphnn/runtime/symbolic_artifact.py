@@ -61,7 +61,11 @@ class SymbolicArtifact:
         self.param_names = [v.name for v in graph.params]
         self.output_types = [(v.name, v.type) for v in graph.output_values()]
         self._readers = self._symbol_readers(sizes_given)
-        source, self._bind_kernel = cache.get_kernel(self.schedule, backend, plan, options)
+        # the guards so far are part of the key: a generator's decisions may rest on them (a
+        # size a guard fixed), so a source is reused only under the same guards
+        known = ";".join(g.text for g in env.guards)
+        source, self._bind_kernel = cache.get_kernel(self.schedule, backend, plan,
+                                                     f"{options};guards={known}")
         for poly, relation in self._bind_kernel.__globals__.get("GUARDS", ()):
             env.record(dict(poly), relation)  # what its generation decided on (a cache hit)
         self.source = self._preamble() + source
