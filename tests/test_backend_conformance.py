@@ -20,8 +20,9 @@ import functools
 import numpy as np
 import pytest
 from compile_helpers import isolated_cache  # noqa: F401  (autouse: a kernel cache per test)
-from conformance import (CASE_ERRORS, MODEL_TOL, REFERENCE, ROUNDING, STEP_TOL, WITH_REFERENCE,
-                         Failures, backend_params, compiled_only, op_rtol, snapshot)
+from conformance import (CASE_ERRORS, MODEL_TOL, REFERENCE, ROUNDING, STEP_DEFAULT_TOL, STEP_TOL,
+                         WITH_REFERENCE, Failures, backend_params, compiled_only, op_rtol,
+                         snapshot)
 from op_db import F32, OP_DB
 from test_codegen_numpy import _one_node_graph, assert_same
 from test_compile_models import _loss
@@ -234,5 +235,5 @@ def test_zoo_whole_training_steps(backend, name, opt_name):
     for other in against:
         for i, (ours, theirs) in enumerate(zip(got, _training_steps(name, opt_name, other))):
             assert_same_value(ours, theirs, f"{backend}: {name} {opt_name} step {i} vs "
-                              f"{other or 'eager'}", STEP_TOL.get(backend, MODEL_TOL))
+                              f"{other or 'eager'}", STEP_TOL.get(backend, STEP_DEFAULT_TOL))
 
