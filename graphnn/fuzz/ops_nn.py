@@ -20,6 +20,7 @@ class Reduce(Family):
     name, weight = "reduce", 3.5
     MULTI = ("sum", "mean", "amax", "amin", "logsumexp", "var", "std")
     WITH_INDICES = ("max", "min", "argmax", "argmin")  # drawn twice as often as the others
+    NEED_ELEMENTS = WITH_INDICES + ("amax", "amin")  # reduce no zero-size dimension
 
     def propose(self, b):
         a = b.pick(lambda t: len(t.shape) >= 1 and t.dtype != "int64")
@@ -38,8 +39,13 @@ class Reduce(Family):
             b.emit(self.name, [a], {"op": "sum", "dims": None, "keepdim": False},
                    [ValueType((), t.dtype)])
             return True
-        count = b.rng.randint(1, rank) if op in self.MULTI else 1
-        dims = tuple(sorted(b.rng.sample(range(rank), count)))
+        choices = range(rank)
+        if op in self.NEED_ELEMENTS:  # no identity: both libraries refuse an empty reduction
+            choices = [k for k, d in enumerate(t.shape) if d != 0]
+            if not choices:
+                op, choices = "sum", range(rank)
+        count = b.rng.randint(1, len(choices)) if op in self.MULTI else 1
+        dims = tuple(sorted(b.rng.sample(list(choices), count)))
         out = _reduced(t.shape, dims, keepdim)
         spelled = tuple(d - rank if b.rng.random() < 0.3 else d for d in dims)
         attrs = {"op": op, "dims": spelled, "keepdim": keepdim}
