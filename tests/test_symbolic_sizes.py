@@ -234,3 +234,46 @@ def test_kernels_of_one_graph_text_under_other_guards_are_not_shared():
     family = next(iter(compiled._entries.values()))
     assert [[g.text for g in e.artifact.env.guards if "s0" in g.text] for e in family.entries] \
         == [["s0 == 3"], ["s0 == 6"], ["s0 == 5"]]
+
+
+def test_nanogpt_training_step_compiles_once_for_batch_and_sequence_lengths():
+    """benchmarks/nanogpt.py's step (chunked micro-batches, AdamW with decay groups, gradient
+    clipping), compiled with dynamic=True and called at several (B, T): one compile, losses
+    and parameters as eager's."""
+    import copy
+    import importlib.util
+    import pathlib
+    import warnings
+    from graphnn.compiler import CompileWarning
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "nanogpt.py"
+    spec = importlib.util.spec_from_file_location("nanogpt_symbolic", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    graphnn.manual_seed(0)
+    model = bench.gpt(graphnn, n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=11)
+    twin = copy.deepcopy(model)
+    step, _ = bench.trainer(graphnn, model, 1)
+    eager, _ = bench.trainer(graphnn, twin, 1)
+    compiled = graphnn.compile(step, dynamic=True)
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        for batch, length in [(4, 16), (4, 16), (2, 12), (3, 5), (4, 9)]:
+            x, y = (graphnn.tensor(rng.integers(0, 11, (batch, length))) for _ in range(2))
+            np.testing.assert_allclose(compiled(x, y).item(), eager(x, y).item(), rtol=1e-5)
+    assert compiled.compiles == 1, compiled.recompile_reasons
+    for p, q in zip(model.parameters(), twin.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-4,
+                                   atol=1e-5)
+
+
+def test_chunk_and_split_of_a_symbolic_size():
+    compiled = graphnn.compile(lambda x: [c.sum(0) for c in x.chunk(1)] + list(x.split(2)),
+                               dynamic=True)
+    for batch in (4, 6):
+        x = graphnn.randn(batch, 3)
+        got, want = compiled(x), [c.sum(0) for c in x.chunk(1)] + list(x.split(2))
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert compiled.compiles == 2  # chunk(1) is symbolic; split(2) fixes the piece count

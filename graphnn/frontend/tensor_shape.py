@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from ..ir.errors import DTypeError, IndexError_, ShapeError
-from ..ir.symbolic import Sym, as_size
+from ..ir.symbolic import Sym, as_size, same_size
 from ..ir.ops.shape_rules import fmt_shape, normalize_dim
 from . import trace_state
 from .dispatch import apply1
@@ -186,11 +186,14 @@ class TensorShapeMixin:
     def split(self, split_size_or_sections, dim=0):
         d = normalize_dim("split", dim, self.ndim)
         size = self.shape[d]
-        if isinstance(split_size_or_sections, (int, np.integer)):
-            step = int(split_size_or_sections)
+        if isinstance(split_size_or_sections, (int, np.integer, Sym)):
+            step = as_size(split_size_or_sections)
             if step <= 0:
                 raise ShapeError(f"split: split_size must be positive, got {step}")
-            sections = [min(step, size - i) for i in range(0, size, step)] or [0]
+            if same_size(step, size):  # one piece (chunk(1)); a symbolic size stays symbolic
+                sections = [size]
+            else:
+                sections = [min(step, size - i) for i in range(0, size, step)] or [0]
         else:
             sections = list(split_size_or_sections)
             if sum(sections) != size:
