@@ -277,3 +277,22 @@ def test_chunk_and_split_of_a_symbolic_size():
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert compiled.compiles == 2  # chunk(1) is symbolic; split(2) fixes the piece count
+
+
+def test_dividing_by_a_term_specialises_only_what_does_not_divide():
+    env, (b, t) = _env_with(B=4, T=8)
+    with S.active_env(env):
+        assert (b * t * 3) // (2 * b) == 12 and (b * t) % (2 * b) == 0  # via T // 2: T fixed
+        assert str((b * t * 4) // (2 * b)) == "2*T"  # exact: no guard
+    assert [g.text for g in env.guards] == ["3*T == 24"]  # the modulo reuses the fixed T
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.view(x.size(0), -1, 2).sum(1),
+                                lambda x: x.reshape(x.shape[0], 2, -1).flatten(1)],
+                         ids=["view", "reshape_flatten"])
+def test_an_inferred_dimension_keeps_the_batch_symbolic(fn):
+    compiled = graphnn.compile(fn, dynamic=True)
+    for batch in (4, 5, 7):
+        x = graphnn.randn(batch, 8)
+        np.testing.assert_array_equal(compiled(x).numpy(), fn(x).numpy())
+    assert compiled.compiles == 1, compiled.recompile_reasons

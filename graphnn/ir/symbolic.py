@@ -339,10 +339,30 @@ class Sym:
         return out
 
     def __floordiv__(self, other):
+        """Exact division stays symbolic. Dividing by a term ``c*m`` whose symbols ``m`` divide
+        every term but whose coefficient does not (``s0*s1 // (2*s0)``) divides by ``m`` first
+        and then by ``c``, so that only the rest is specialised (``s1 == 8``, not
+        ``s0*s1 == 32``); anything else specialises (``int()``)."""
         quotient = self._exact_quotient(other)
         if quotient is not None:
             return _make(quotient, self.hint // int(getattr(other, "hint", other)))
+        split = self._over_symbols_of(other)
+        if split is not None:
+            partial, coef, _ = split
+            return partial // coef
         return int(self) // (int(other) if isinstance(other, Sym) else other)
+
+    def _over_symbols_of(self, other):
+        """(self / m, c, m) when ``other`` is one term ``c*m`` (c != 1) whose symbols ``m``
+        divide every term of ``self`` exactly; else None."""
+        if not isinstance(other, Sym) or len(other._poly) != 1:
+            return None
+        (monomial, coef), = other._poly.items()
+        symbols = Sym({monomial: 1}, other.hint // coef)
+        partial = self._exact_quotient(symbols)
+        if partial is None or coef == 1:
+            return None
+        return _make(partial, self.hint // symbols.hint), coef, symbols
 
     def __rfloordiv__(self, other):
         return other // int(self)
@@ -350,6 +370,10 @@ class Sym:
     def __mod__(self, other):
         if self._exact_quotient(other) is not None:
             return 0
+        split = self._over_symbols_of(other)
+        if split is not None:  # (m*p) % (c*m) == m * (p % c)
+            partial, coef, symbols = split
+            return (partial % coef) * symbols
         return int(self) % (int(other) if isinstance(other, Sym) else other)
 
     def __rmod__(self, other):
