@@ -30,7 +30,6 @@ class SizeFamily:
         self.entries = []
         self._by_shapes = {}  # the call's input shapes -> the entry they ran last
 
-
     @property
     def latest(self):
         """The entry compiled last (its kernels are what ``kernel_sources`` shows)."""

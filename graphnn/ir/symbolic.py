@@ -477,11 +477,24 @@ def as_size(value):
     return value if isinstance(value, Sym) else int(value)
 
 
+def symbols_in(value) -> set:
+    """The size symbols a Sym, or a shape or attribute value holding Syms, names."""
+    if isinstance(value, Sym):
+        return value.symbols
+    if isinstance(value, (tuple, list)):
+        return set().union(*map(symbols_in, value))
+    return set()
+
+
 def holds_sym(value) -> bool:
     """Whether an attribute value (a number, a tuple of them...) holds a Sym."""
-    if isinstance(value, Sym):
-        return True
-    return isinstance(value, (tuple, list)) and any(holds_sym(v) for v in value)
+    return bool(symbols_in(value))
+
+
+def graph_symbols(graph) -> set:
+    """The size symbols a graph's value types and node attributes name."""
+    return set().union(*(symbols_in(v.type.shape) for v in graph.values()),
+                       *(symbols_in(a) for n in graph.nodes for a in n.attrs.values()))
 
 
 def symbolic_node(node) -> bool:

@@ -17,7 +17,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..ir import debug_mode
-from ..ir.symbolic import Sym
+from ..ir.symbolic import Sym, graph_symbols
 from ..ir.types import TensorType
 from . import cache, debug
 from .artifact import schedule_of
@@ -86,12 +86,7 @@ class SymbolicArtifact:
                 if isinstance(size, Sym) and len(size.symbols) == 1 and \
                         str(size) in size.symbols:
                     readers.setdefault(str(size), (i, d))
-        used = set()
-        for v in list(self.graph.inputs) + [v for n in self.graph.nodes for v in n.outputs]:
-            for size in v.type.shape:
-                if isinstance(size, Sym):
-                    used |= size.symbols
-        missing = sorted(used - set(readers))
+        missing = sorted(graph_symbols(self.graph) - set(readers))
         if missing and not sizes_given:
             raise UnboundSymbol(f"compiled {self.name}: size symbol(s) {', '.join(missing)} are "
                                 f"no input dimension of their own")

@@ -35,7 +35,7 @@ from graphnn.ir.dtypes import DType
 from graphnn.ir.schedule import Schedule
 
 from .common import is_uniform
-from ...ir.symbolic import Sym, current_env
+from ...ir.symbolic import Sym, current_env, graph_symbols
 from .lowerings import Lowered, lowering_for
 from .memory import Placement
 from ..source_text import comment_text, identifier_base
@@ -336,7 +336,7 @@ def generate(schedule: Schedule, plan=None, kernel_id: str | None = None) -> str
              f"# graph {comment_text(graph.name)}",
              "import numpy as np",
              "from graphnn.codegen.numpy import support as _rt", ""]
-    symbols = _size_symbols(graph)
+    symbols = sorted(graph_symbols(graph))
     run = [f"def {'run' if symbols else 'kernel'}(inputs, params, buffers):",
            "    with np.errstate(all='ignore'):"] + ["        " + line for line in body]
     if not symbols:
@@ -352,21 +352,6 @@ def generate(schedule: Schedule, plan=None, kernel_id: str | None = None) -> str
               f"    {', '.join(symbols)}, = {', '.join(f'sizes[{n!r}]' for n in symbols)},"]
     binder += ["    " + line if line else "" for line in ctx.header + consts + [""] + run]
     return "\n".join(lines + [""] + binder + ["    return run"]) + "\n"
-
-
-def _size_symbols(graph) -> list:
-    """The size symbols (``ir.symbolic``) the graph's types and attributes name, sorted."""
-    found = set()
-    for v in graph.values():
-        for size in v.type.shape:
-            if isinstance(size, Sym):
-                found |= size.symbols
-    for node in graph.nodes:
-        for value in node.attrs.values():
-            for size in value if isinstance(value, (tuple, list)) else (value,):
-                if isinstance(size, Sym):
-                    found |= size.symbols
-    return sorted(found)
 
 
 __all__ = ["BACKEND_VERSION", "generate", "literal"]
