@@ -39,7 +39,8 @@ class Case:
         self.diff = list(self.info.grad_inputs if self.info.grad_inputs is not None else
                          [i for i, a in enumerate(self.inputs) if a.dtype.kind == "f"])
         outs = self.op.run(self.inputs, self.attrs)
-        self.float_outs = [k for k, o in enumerate(outs) if o.dtype.kind == "f"]
+        self.float_outs = [k for k, o in enumerate(outs)
+                           if o.dtype.kind == "f" and k not in self.op.statistics]
         rng = np.random.default_rng(seed)
         self.gouts = [np.asarray(rng.uniform(-1, 1, outs[k].shape), outs[k].dtype)
                       for k in self.float_outs]

@@ -131,7 +131,9 @@ class OpDef:
     gradient rules are (``ctx`` is a ``DecomposeContext``: attributes, operand types, operands);
     it returns the list of output values and computes what ``impl`` computes (NaN, inf, empty
     tensors and dtypes alike). An op with one is *composite*; the others form the core set
-    (``core_ops``) that every backend lowers.
+    (``core_ops``) that every backend lowers. ``statistics``: outputs that only a backward op
+    reads (``layer_norm``'s rstd, as PyTorch's ``native_layer_norm``'s mean and rstd): no
+    gradient flows through them (the rule ignores theirs, which is always zero).
     """
 
     name: str
@@ -146,6 +148,7 @@ class OpDef:
     saves_outputs: tuple = ()
     view: bool = False
     decompose: Callable | None = None
+    statistics: tuple = ()
     doc: str = ""
 
     @property

@@ -461,6 +461,24 @@ def _attention(node, args, ctx):
            f"key={ctx.scratch_key(node)!r})"
 
 
+def _layer_norm(node, args, ctx):
+    """The reference's row kernel writing into scratch buffers (the normalized values may
+    overwrite a dying input); rstd only where the backward reads it."""
+    a = node.attrs
+    call = f"_rt.layer_norm_rows({args[0]}, normalized_dims={a['normalized_dims']}, " \
+           f"eps={a['eps']!r}{ctx.out_arg(node, inplace=True)}"
+    if ctx.used(node.outputs[1]):
+        return f"{call}{ctx.out_arg(node, result=1, name='out_rstd')})"
+    return Lowered(f"{call})[0]", targets=[node.outputs[0]])
+
+
+def _layer_norm_backward(node, args, ctx):
+    """The reference's row kernel (reads the gradient and the forward's normalized values and
+    rstd, not the input)."""
+    return f"_rt.layer_norm_backward_rows({args[0]}, {args[2]}, {args[3]}, " \
+           f"normalized_dims={node.attrs['normalized_dims']}{ctx.out_arg(node)})"
+
+
 LOWERINGS = {name: _ufunc for name in UFUNCS}
 LOWERINGS.update({
     "relu": _relu, "rsqrt": _rsqrt, "erf": _erf, "where": _where, "cast": _cast, "pow": _pow,
@@ -475,6 +493,7 @@ LOWERINGS.update({
     "max_pool2d": _max_pool2d, "max_pool2d_backward": _max_pool2d_backward,
     "scatter_add": _scatter_add, "index_put": _index_put, "cat": _cat,
     "scaled_dot_product_attention": _attention,
+    "layer_norm": _layer_norm, "layer_norm_backward": _layer_norm_backward,
 })
 
 

@@ -15,6 +15,8 @@ from graphnn.ir import TensorType, get_op
 from graphnn.ir.dtypes import as_dtype, dtype_from_name
 from graphnn.ir.errors import IndexError_
 from graphnn.ir.ops.erf import erf  # noqa: F401  (the erf op's lowering calls it)
+from graphnn.ir.ops.normalization import (layer_norm_backward_rows,  # noqa: F401
+                                         layer_norm_rows)
 from graphnn.ir.ops.pool import first_taps_inside
 
 from .common import activate_, epilogue_, fresh, scratch

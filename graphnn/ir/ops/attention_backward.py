@@ -22,11 +22,11 @@ attention's second order) is reverse mode through its decomposition's registry o
 from __future__ import annotations
 
 from ..dtypes import compute_np, from_numpy_dtype
-from ..emit import Builder, DecomposeContext, GradContext
 from ..errors import ShapeError
-from ..registry import NotDifferentiable, OpDef, OpGroup, get_op, register, type_of_array
+from ..registry import NotDifferentiable, OpDef, OpGroup, register
 from ..types import TensorType
 from .attention import ATTRS, _infer, gradients, row_statistics
+from .replay import grad_by_decomposition, reference_by_decomposition
 
 STATS = "scaled_dot_product_attention_stats"
 BACKWARD = "scaled_dot_product_attention_backward"
@@ -80,78 +80,17 @@ def _decompose_backward(b, ctx):
             for i, name in enumerate(("dq", "dk", "dv"))]
 
 
-def _by_decomposition(op: str, infer, decompose):
-    """A reference implementation running ``decompose`` through the interpreter."""
-    def impl(*arrays, **attrs):
-        from ..graph import Graph
-        from ..graph_emitter import GraphEmitter
-        from ..interpreter import interpret
-        graph = Graph(op)
-        values = [graph.add_input(f"x{i}", type_of_array(a)) for i, a in enumerate(arrays)]
-        types = [v.type for v in values]
-        outs = infer(types, **attrs)
-        ctx = DecomposeContext(op, attrs, types, list(outs), values)
-        graph.outputs = tuple(decompose(Builder(GraphEmitter(graph)), ctx))
-        return tuple(interpret(graph, *arrays))
-    return impl
-
-
-class _Recorder:
-    """An emitter that forwards to another and records each call (op, inputs, normalized
-    attributes, results) and which values derive from ``sources``."""
-
-    def __init__(self, inner, sources):
-        self.inner, self.sources, self.calls = inner, list(sources), []
-        self.derived = {id(x) for x in sources}
-
-    def call(self, op, inputs, attrs):
-        results = tuple(self.inner.call(op, inputs, attrs))
-        self.calls.append((op, list(inputs), get_op(op).normalize_attrs(attrs), results))
-        if any(id(x) in self.derived for x in inputs):
-            self.derived.update(id(r) for r in results)
-        return results
-
-    def type_of(self, value):
-        return self.inner.type_of(value)
-
-    def constant(self, array):
-        return self.inner.constant(array)
-
-
-def _grad_backward(b, ctx, g):
-    """Reverse mode through the decomposition's registry ops, replayed on ``b``: each op's own
-    gradient rule, gradients of broadcast operands fitted, those of reused values summed."""
-    recorder = _Recorder(b.emitter, [ctx.input(i) for i in range(len(ctx.input_types))])
-    outs = _decompose_backward(Builder(recorder), ctx)
-    grads = {id(o): gi for o, gi in zip(outs, g)}
-    for op, inputs, attrs, results in reversed(recorder.calls):
-        out_grads = [grads.get(id(r)) for r in results]
-        rule = get_op(op)
-        needs = tuple(id(x) in recorder.derived and b.dtype(x).is_floating_point
-                      for x in inputs)
-        if all(x is None for x in out_grads) or not rule.differentiable or not any(needs):
-            continue
-        out_grads = [x if x is not None else b.zeros_like(r) for x, r in zip(out_grads, results)]
-        sub = GradContext(op, attrs, [b.emitter.type_of(x) for x in inputs],
-                          [b.emitter.type_of(r) for r in results], inputs, results, needs)
-        given = rule.grad(b, sub, out_grads[0] if len(results) == 1 else tuple(out_grads))
-        for x, gx, need in zip(inputs, given, needs):
-            if gx is not None and need:
-                gx = b.fit(gx, b.shape(x))
-                grads[id(x)] = gx if id(x) not in grads else b.add(grads[id(x)], gx)
-    return [grads.get(id(x)) for x in recorder.sources]
-
-
 register(OpDef(name=STATS, group=OpGroup.FUSED, infer=_infer_stats,
-               impl=_by_decomposition(STATS, _infer_stats, _decompose_stats),
+               impl=reference_by_decomposition(STATS, _infer_stats, _decompose_stats),
                grad=NotDifferentiable("the rows' statistics only feed the attention's "
                                       "backward, which takes no gradient through them"),
                attrs=ATTRS, arity=(4, 6), num_outputs=2, decompose=_decompose_stats,
                doc="the rows' log-sum-exp of the masked scores and rowsum(dP ⊙ P) of an "
                    "attention's backward"))
 register(OpDef(name=BACKWARD, group=OpGroup.FUSED, infer=_infer_backward,
-               impl=_by_decomposition(BACKWARD, _infer_backward, _decompose_backward),
-               grad=_grad_backward, attrs=ATTRS, arity=(6, 8), num_outputs=3,
-               decompose=_decompose_backward,
+               impl=reference_by_decomposition(BACKWARD, _infer_backward,
+                                               _decompose_backward),
+               grad=grad_by_decomposition(_decompose_backward), attrs=ATTRS, arity=(6, 8),
+               num_outputs=3, decompose=_decompose_backward,
                doc="dq, dk, dv of scaled_dot_product_attention for an output gradient (lse and "
                    "delta from scaled_dot_product_attention_stats, for flash kernels)"))

@@ -1,12 +1,14 @@
 """Layer and RMS normalisation over the trailing ``normalized_shape`` dims, as PyTorch's.
 
-Both are written in plain registry ops (mean/var, rsqrt, mul, add), so autograd differentiates
-them and a tracer records them; neither keeps running statistics. A float16 or bfloat16 input
-is normalised in float32 (affine included, whatever the weight's dtype) and rounded once into
-the input's dtype, as PyTorch's CPU kernels do.
+Layer normalisation is the fused ``layer_norm`` op (its gradient the fused
+``layer_norm_backward``: ``ir/ops/normalization.py``) followed by the affine ``mul``/``add``;
+RMS normalisation is written in plain registry ops (mean, rsqrt, mul). Neither keeps running
+statistics. A float16 or bfloat16 input is normalised in float32 (affine included, whatever the
+weight's dtype) and rounded once into the input's dtype, as PyTorch's CPU kernels do.
 """
 from __future__ import annotations
 
+from ...frontend.dispatch import apply_op
 from ...ir.dtypes import LOW_PRECISION, compute_dtype, finfo
 from ...ir.errors import ShapeError
 from ...ir.ops.shape_rules import fmt_shape
@@ -47,10 +49,9 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-
     """``(x - mean) / sqrt(var + eps) * weight + bias`` with the biased variance over the
     trailing ``normalized_shape`` dims."""
     dims = _normalized_dims("layer_norm", input, normalized_shape)
-    x = widened(input)
-    centered = x - x.mean(dims, keepdim=True)
-    var = (centered * centered).mean(dims, keepdim=True)
-    return rounded_like(_affine(centered * (var + eps).rsqrt(), weight, bias), input)
+    normalized, _ = apply_op("layer_norm", [widened(input)],
+                             {"normalized_dims": len(dims), "eps": eps})
+    return rounded_like(_affine(normalized, weight, bias), input)
 
 
 def rms_norm(input, normalized_shape, weight=None, eps: float | None = None):
