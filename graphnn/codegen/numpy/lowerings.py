@@ -10,7 +10,8 @@ generic path calls the registry's reference implementation bound into the genera
 ``""`` where the result must be a fresh array.
 
 Exactness. Elementwise lowerings (ufuncs with ``out=``; ``where`` as a branch-free bit select),
-reductions with ``out=``, softmax, max pooling and its backward, ``scatter_add``
+reductions with ``out=``, softmax (and a ``where`` that only the next node's softmax
+reads, computed inside it), max pooling and its backward, ``scatter_add``
 (``np.add.at`` on flat positions), an accumulating ``index_put`` of rows (sorted sums),
 ``cat``, ``slice_scatter`` and attention compute the same values in the same order as the
 reference implementations: equal to the interpreter bit for bit. They are emitted only where
@@ -173,14 +174,35 @@ def _pow(node, args, ctx):
 
 
 def _where(node, args, ctx):
-    """The branch-free ``_rt.where``; a 0-d select (gradient clipping's) is ``np.where``
-    itself, the reference's call, without the reference's dispatch."""
+    """The branch-free ``_rt.where``, which may write over its first data operand when the
+    other is 0-d; folded into the softmax that alone reads it (``_masked_softmax``); a 0-d
+    select (gradient clipping's) is ``np.where`` itself, the reference's call, without the
+    reference's dispatch."""
     compute = ufunc_compute(node, data_from=1, scalar=True)
     if compute != "":
         return None
     if not _nonscalar(node):
         return f"np.where({', '.join(args)})"
-    return f"_rt.where({', '.join(args)}{ctx.out_arg(node)})"
+    if _masked_softmax(node, ctx) is not None:
+        return Lowered(f"_rt.where({', '.join(args)})", folded=True)
+    inplace = not node.inputs[2].type.shape and node.outputs[0].type.dtype.np != np.bool_
+    return f"_rt.where({', '.join(args)}{ctx.out_arg(node, inplace=inplace)})"
+
+
+def _masked_softmax(node, ctx):
+    """The softmax that computes ``where`` node ``node`` along the way (``_rt.softmax``'s
+    ``keep``/``fill``): its only reader, next in the schedule, a softmax the ``_softmax``
+    lowering takes, when the select's second operand is 0-d, its first of the result's shape
+    and the result no graph output (a masked attention's scores); else None."""
+    readers = ctx.readers(node.outputs[0])
+    if len(readers) != 1 or node.inputs[2].type.shape or node.outputs[0].name in ctx.memory.outputs:
+        return None
+    (softmax,) = readers
+    if softmax.op != "softmax" or ctx.position(softmax) != ctx.position(node) + 1 or \
+            tuple(node.inputs[1].type.shape) != tuple(node.outputs[0].type.shape) or \
+            not _softmax_ok(softmax):
+        return None
+    return softmax
 
 
 def _detach(node, args, ctx):
@@ -256,12 +278,23 @@ def _mean(node, args, ctx):
                    f"{np_dtype(node.outputs[0], ctx)}({count}){out})", node, out)
 
 
-def _softmax(node, args, ctx):
-    """softmax / log_softmax over a non-empty dim of a float32/float64 tensor."""
+def _softmax_ok(node) -> bool:
     t = node.inputs[0].type
-    if not _float_in(node) or t.shape[node.attrs["dim"] % t.ndim] == 0:
+    return _float_in(node) and t.shape[node.attrs["dim"] % t.ndim] != 0
+
+
+def _softmax(node, args, ctx):
+    """softmax / log_softmax over a non-empty dim of a float32/float64 tensor; a softmax of
+    a ``where`` folded into it (``_masked_softmax``) takes the select's operands."""
+    if not _softmax_ok(node):
         return None
-    return f"_rt.{node.op}({args[0]}, {node.attrs['dim']}{ctx.out_arg(node, inplace=True)})"
+    select = node.inputs[0].producer
+    mask = ""
+    if select is not None and select.op == "where" and _masked_softmax(select, ctx) is node:
+        keep, value, fill = (ctx.names.of[v.name] for v in select.inputs)
+        args, mask = [value], f", keep={keep}, fill={fill}"
+    return f"_rt.{node.op}({args[0]}, {node.attrs['dim']}{ctx.out_arg(node, inplace=True)}" \
+           f"{mask})"
 
 
 # ---- contractions, convolution, pooling, attention -----------------------------------------------
