@@ -16,6 +16,7 @@ from op_db_collective import COLLECTIVE
 from op_db_elementwise import ELEMENTWISE
 from op_db_epilogue import EPILOGUE
 from op_db_network import CREATION, NETWORK
+from op_db_normalization import NORMALIZATION
 from op_db_reductions import REDUCTIONS
 from op_db_scatter import SCATTER
 from op_db_shape import INDEXING, SHAPE
@@ -34,4 +35,4 @@ def _table(families) -> dict:
 
 
 OP_DB = _table([ELEMENTWISE, REDUCTIONS, SHAPE, INDEXING, NETWORK, CREATION, EPILOGUE,
-                ATTENTION, SORTING, SCATTER, COLLECTIVE])
+                ATTENTION, SORTING, SCATTER, COLLECTIVE, NORMALIZATION])

@@ -99,6 +99,13 @@ def _empty_samples(name, dtype) -> list:
                     z((2, 4), f), z((2, 4), f)], {"scale": 0.5}),
             Sample([z((2, 0, 8), f), z((2, 5, 8), f), z((2, 5, 6), f), z((2, 0, 6), f),
                     z((2, 0), f), z((2, 0), f)], {"scale": 0.5, "causal": True})],
+        "layer_norm": [Sample([z((0, 3), f)], {"normalized_dims": 1, "eps": 1e-5}),
+                       Sample([z((2, 0), f)], {"normalized_dims": 1, "eps": 1e-5}),
+                       Sample([z((2, 3, 0), f)], {"normalized_dims": 2, "eps": 1e-5})],
+        "layer_norm_backward": [
+            Sample([z((0, 3), f)] * 3 + [z((0, 1), f)], {"normalized_dims": 1, "eps": 1e-5}),
+            Sample([z((2, 0), f)] * 3 + [np.full((2, 1), np.nan, f)],
+                   {"normalized_dims": 1, "eps": 1e-5})],
         "max_pool2d_backward": [Sample([z((0, 2, 2, 2), f), z((0, 2, 2, 2), np.int64)],
                                        {"input_shape": (0, 2, 4, 4), "kernel_size": (2, 2),
                                         "stride": (2, 2)})],
