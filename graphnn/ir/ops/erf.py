@@ -44,6 +44,7 @@ import numpy as np
 BLOCK = 32768  # elements per block: float64 temporaries of 256 KiB stay in the L2 cache, and
 # NumPy's per-call cost is spread over enough elements
 GATHER = 4 * BLOCK  # elements of a piece other than the first gathered before it runs on them
+EAGER = BLOCK // 32  # with erf_blocks' finish: a piece's elements in a block run there from this
 
 # (f on a < 1, h on 1 <= a < 2, h on 2 <= a < 6), each highest degree first
 DOUBLE = (
@@ -195,29 +196,59 @@ def erf(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     if x.dtype not in (np.float32, np.float64):
         result[...] = erf(x.astype(np.float32))
         return result
+    erf_blocks(np.ascontiguousarray(x).reshape(-1), result.reshape(-1))
+    return result
+
+
+def erf_blocks(x, e, divisor=None, finish=None):
+    """``erf(x / divisor)`` (of ``x`` itself when ``divisor`` is None: no division) of the flat
+    float32/float64 array ``x`` into the flat array ``e`` (x's size and dtype, sharing no
+    memory with x), as ``erf`` describes: the first piece a block at a time, the other
+    pieces' elements gathered across blocks (with ``finish``, a piece with ``EAGER`` or more
+    elements in a block runs on them in that block instead).
+
+    ``finish(where, s, t)``, when given, lets a caller compute more from each erf while it
+    is in the cache: it is called after each block, ``where`` the block's slice, ``s`` the
+    block's ``x / divisor`` and ``t`` its ``s * s`` where the first piece computed that
+    (float32; float64: None), with every element's erf in ``e[where]`` but those of the
+    other pieces, which hold meaningless values (inf or NaN among them: warnings are off)
+    until ``finish`` is called again for them: after each gathered piece, ``where`` its
+    index array, ``s`` its ``x / divisor`` and ``t`` None. Guarantees ``e`` holds the erf
+    of every element, and each element's last ``finish`` saw its erf."""
     near, pieces = _PATHS[x.dtype]
-    flat = np.ascontiguousarray(x).reshape(-1)
-    out = result.reshape(-1)  # a view of result
-    # one block-sized temporary for the whole call: allocated per block, it was fresh
+    # block-sized temporaries for the whole call: allocated per block, they were fresh
     # memory-mapped pages each time wherever malloc maps blocks of this size (1.5-4x)
-    scratch = np.empty(min(BLOCK, flat.size), x.dtype)
+    scratch = np.empty(min(BLOCK, x.size), x.dtype)
+    scaled = None if divisor is None else np.empty(scratch.size, x.dtype)
     deferred = [[] for _ in pieces]  # per piece: index arrays gathered from earlier blocks
+    # with finish, a piece of many elements in a block runs on them at once: finishing them
+    # again after a gather would gather and scatter each result once more
+    eager = EAGER if finish is not None else x.size + 1
     with np.errstate(all="ignore"):
-        for start in range(0, flat.size, BLOCK):
-            u = scratch[:min(BLOCK, flat.size - start)]
-            near(flat[start:start + BLOCK], u, out[start:start + BLOCK])
-            if (u >= pieces[0][0]).any():  # in few blocks of a GELU
+        for start in range(0, x.size, BLOCK):
+            block = slice(start, min(start + BLOCK, x.size))
+            u = scratch[:block.stop - start]
+            s = x[block] if divisor is None else \
+                np.true_divide(x[block], divisor, out=scaled[:u.size])
+            near(s, u, e[block])
+            if not u.max() < pieces[0][0]:  # in few blocks of a GELU (NaN: look closer)
                 for (low, high, piece), pending in zip(pieces, deferred):
                     chosen = u >= low
                     if high < np.inf:
                         chosen &= u < high
                     where = np.flatnonzero(chosen)
-                    if where.size:
+                    if where.size >= eager:
+                        e[block][where] = piece(s[where])
+                    elif where.size:
                         pending.append(where + start)
-            last = start + BLOCK >= flat.size
+            if finish is not None:
+                finish(block, s, u if x.dtype == np.float32 else None)
+            last = block.stop >= x.size
             for (_, _, piece), pending in zip(pieces, deferred):
                 if pending and (last or sum(map(len, pending)) >= GATHER):
                     where = np.concatenate(pending)
-                    out[where] = piece(flat[where])
+                    s = x[where] if divisor is None else x[where] / divisor
+                    e[where] = piece(s)
                     pending.clear()
-    return result
+                    if finish is not None:
+                        finish(where, s, None)
