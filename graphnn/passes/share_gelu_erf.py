@@ -1,16 +1,22 @@
 """Share the exact GELU's erf with the gradient that computes it again.
 
-The exact GELU is ``0.5 * x * (1 + erf(x / sqrt(2)))`` and its gradient rule builds
-``0.5 * (1 + erf(x / sqrt(2)))`` from the same x with the same operations, so a joint
-forward+backward graph evaluates the erf (on the CPU about as costly as the layer's GEMM)
-twice. Writing such a GELU as its registry decomposition makes the forward's ``div``, ``erf``
-and ``add`` the very nodes the gradient builds: after constant folding, CSE merges them and a
-whole-step kernel keeps the erf for the backward instead of computing it again.
+The exact GELU is ``0.5 * x * (1 + erf(x / sqrt(2)))`` and its gradient rule multiplies by the
+derivative ``gelu_and_derivative(x)[1]``, whose erf is the same, so a joint forward+backward
+graph evaluates the erf (on the CPU about as costly as the layer's GEMM) twice. Two forms,
+after which CSE merges the two erfs:
+
+- where the graph computes ``gelu_and_derivative(x)`` (a backend that lowers it: NumPy, whose
+  blocked routine makes both results in one pass over x), the GELU becomes that op's first
+  result;
+- where the graph computes the decomposed derivative's ``erf(x / sqrt(2))`` (a backend that
+  decomposes the op: Triton), the GELU becomes its registry decomposition, whose ``div``,
+  ``erf`` and ``add`` are the very nodes the derivative's decomposition builds (after
+  constant folding).
 
 A whole training step differentiates an already optimized forward, where the GELU sits inside
 a fused GEMM or convolution (``activation='gelu'``) and the fused op's gradient rule recomputes
 the pre-activation (the same op with ``activation='none'``) before the GELU's rule. Such a
-node becomes that pre-activation node followed by the decomposition, and CSE merges the
+node becomes that pre-activation node followed by either form, and CSE merges the
 pre-activations as well.
 """
 from __future__ import annotations
@@ -40,6 +46,19 @@ def _erf_of_scaled(x, users) -> bool:
     return False
 
 
+def _with_derivative(x, users) -> bool:
+    """Whether the graph computes ``gelu_and_derivative(x)``."""
+    return any(n.op == "gelu_and_derivative" for n in users.get(x.name, ()))
+
+
+def _sharing(x, users) -> str | None:
+    """How an exact GELU of ``x`` shares its erf: ``"pair"`` (``_with_derivative``),
+    ``"decompose"`` (``_erf_of_scaled``) or None (nothing to share)."""
+    if _with_derivative(x, users):
+        return "pair"
+    return "decompose" if _erf_of_scaled(x, users) else None
+
+
 def _recomputed_pre_activation(node, users):
     """The node computing fused ``node``'s pre-activation again (same op, inputs and
     attributes, activation none), or None."""
@@ -51,48 +70,54 @@ def _recomputed_pre_activation(node, users):
     return None
 
 
-def _shares_erf(node, users) -> bool:
-    """Whether ``node`` is an exact GELU (the op, or a fused op's activation) whose erf the
-    graph computes again from the same input (``_erf_of_scaled``)."""
+def _shares_erf(node, users) -> str | None:
+    """How ``node``, an exact GELU (the op, or a fused op's activation) shares its erf with
+    what the graph computes from the same input (``_sharing``; None: it does not)."""
     if node.op == "gelu":
-        return node.attrs["approximate"] == "none" and _erf_of_scaled(node.inputs[0], users)
+        return _sharing(node.inputs[0], users) if node.attrs["approximate"] == "none" else None
     if node.attrs.get("activation") != "gelu":
-        return False
+        return None
     pre = _recomputed_pre_activation(node, users)
-    return pre is not None and _erf_of_scaled(pre.outputs[0], users)
+    return None if pre is None else _sharing(pre.outputs[0], users)
 
 
 def share_gelu_erf(graph: Graph) -> Graph:
-    """Decompose each exact GELU whose erf the graph computes again (``_shares_erf``), a fused
-    op's GELU after the op's pre-activation, so that CSE merges the two erfs.
+    """Write each exact GELU whose erf the graph computes again (``_shares_erf``), a fused
+    op's GELU after the op's pre-activation, as ``gelu_and_derivative``'s first result or as
+    its decomposition, so that CSE merges the two erfs.
 
     Assumes a verified graph, before constant folding and CSE (the gradient's sqrt(2) may
-    still be a ``full`` node). Guarantees identical outputs (the decomposition performs the
-    GELU reference's operations in its order); graphs without such a GELU (inference) come
-    back unchanged; each decomposed GELU is noted in ``graph.notes``.
+    still be a ``full`` node). Guarantees identical outputs (``gelu_and_derivative`` and the
+    decomposition perform the GELU reference's operations in its order); graphs without such
+    a GELU (inference) come back unchanged; each rewritten GELU is noted in ``graph.notes``.
     """
     users = graph.users()
-    chosen = [n for n in graph.nodes if _shares_erf(n, users)]
+    chosen = {id(n): (n, how) for n in graph.nodes
+              if (how := _shares_erf(n, users)) is not None}
     if not chosen:
         return graph
-    ids = {id(n) for n in chosen}
     rw = Rewriter(graph)
     builder = Builder(GraphEmitter(rw.graph))
     gelu = get_op("gelu")
     for node in graph.nodes:
-        if id(node) not in ids:
+        if id(node) not in chosen:
             rw.copy(node)
             continue
         inputs = [rw.value(v) for v in node.inputs]
         if node.op != "gelu":
             inputs = [rw.call(node.op, *inputs, like=node, **dict(node.attrs, activation="none"))]
+        if chosen[id(node)][1] == "pair":
+            rw.bind(node.outputs[0], rw.call("gelu_and_derivative", *inputs, like=node)[0])
+            continue
         builder.emitter.scope = node.scope
         attrs = gelu.normalize_attrs({})
         ctx = DecomposeContext("gelu", attrs, [v.type for v in inputs],
                                [v.type for v in node.outputs], inputs)
         rw.bind(node.outputs[0], gelu.decompose(builder, ctx)[0])
     shared = rw.finish()
-    shared.notes += [f"decomposed the GELU of {n.op} %{n.outputs[0].name}"
-                     f"{f' @{n.scope}' if n.scope else ''}: its gradient computes the same "
-                     f"erf, which CSE now shares" for n in chosen]
+    shared.notes += [f"wrote the GELU of {n.op} %{n.outputs[0].name}"
+                     f"{f' @{n.scope}' if n.scope else ''} as "
+                     f"{'gelu_and_derivative' if how == 'pair' else 'its decomposition'}: its "
+                     f"gradient computes the same erf, which CSE now shares"
+                     for n, how in chosen.values()]
     return shared

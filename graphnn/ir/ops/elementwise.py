@@ -16,6 +16,7 @@ from ..registry import Attr, NotDifferentiable, OpDef, OpGroup, register, type_o
 from ..types import TensorType
 from .compute import as_dtype, compute_dtype, upcast
 from .erf import erf
+from .gelu import LOG_PDF0, SQRT_2, gelu_and_derivative
 from .shape_rules import broadcast_shapes, float_of, promoted
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -377,9 +378,7 @@ def _grad_gelu(b, ctx, g):
         d_inner = b.mul(c(_SQRT_2_OVER_PI), b.add(c(1.0), b.mul(c(3 * _GELU_TANH_COEF), x2)))
         right = b.mul(b.mul(c(0.5), x), b.mul(b.sub(c(1.0), b.mul(t, t)), d_inner))
         return [b.mul(g, b.add(left, right))]
-    cdf = b.mul(c(0.5), b.add(c(1.0), b.erf(b.div(x, c(math.sqrt(2.0))))))  # as _gelu
-    pdf = b.mul(c(1 / math.sqrt(2 * math.pi)), b.exp(b.mul(b.mul(x, x), c(-0.5))))
-    return [b.mul(g, b.add(cdf, b.mul(x, pdf)))]
+    return [b.mul(g, b.gelu_and_derivative(x)[1])]
 
 
 def _decompose_gelu(b, ctx):
@@ -400,6 +399,58 @@ def _decompose_gelu(b, ctx):
 elementwise("gelu", _gelu, _grad_gelu, result="float_only", decompose=_decompose_gelu,
             attrs={"approximate": Attr("str", "none", ("none", "tanh"))},
             doc="x * Phi(x), exactly (erf) or with the tanh approximation")
+
+
+def _gelu_and_derivative_infer(types):
+    if not types[0].dtype.is_floating_point:
+        raise DTypeError(f"gelu_and_derivative: expected a floating point tensor, got "
+                         f"{types[0].dtype.name}")
+    return types[0], types[0]
+
+
+def _gelu_and_derivative_impl(x):
+    """``gelu.gelu_and_derivative``, float16 and bfloat16 through float32."""
+    if x.dtype in (np.float32, np.float64):
+        return gelu_and_derivative(x)
+    return tuple(r.astype(x.dtype) for r in gelu_and_derivative(x.astype(np.float32)))
+
+
+def _pdf(b, s):
+    """The normal density at ``x = s * sqrt(2)`` from s: ``exp(log(1/sqrt(2 pi)) - s²)``."""
+    return b.exp(b.sub(b.scalar(LOG_PDF0, b.dtype(s)), b.mul(s, s)))
+
+
+def _grad_gelu_and_derivative(b, ctx, grads):
+    """``g0 * gelu'(x) + g1 * gelu''(x)``, ``gelu''(x) = pdf(x) * (2 - x²)``."""
+    x, (g0, g1) = ctx.input(0), grads
+    terms = [] if g0 is None else [b.mul(g0, ctx.output(1))]
+    if g1 is not None:
+        dt = b.dtype(g1)
+        s = b.div(x, b.scalar(SQRT_2, dt))
+        second = b.mul(_pdf(b, s), b.sub(b.scalar(2.0, dt), b.mul(x, x)))
+        terms.append(b.mul(g1, second))
+    return [b.add(*terms) if len(terms) == 2 else terms[0] if terms else None]
+
+
+def _decompose_gelu_and_derivative(b, ctx):
+    """``gelu.gelu_and_derivative``'s operations as separate ops in its order (the GELU's as
+    ``_decompose_gelu``'s), float16 and bfloat16 through float32."""
+    x = upcast(b, ctx.input(0))
+    dt = b.dtype(x)
+    s = b.div(x, b.scalar(SQRT_2, dt))
+    phi = b.add(b.scalar(1.0, dt), b.erf(s))
+    gelu = b.mul(b.mul(b.scalar(0.5, dt), x), phi)
+    derivative = b.add(b.mul(b.scalar(0.5, dt), phi), b.mul(x, _pdf(b, s)))
+    out = ctx.output_types[0].dtype
+    return [as_dtype(b, gelu, out), as_dtype(b, derivative, out)]
+
+
+register(OpDef(name="gelu_and_derivative", group=OpGroup.ELEMENTWISE,
+               infer=_gelu_and_derivative_infer, impl=_gelu_and_derivative_impl,
+               grad=_grad_gelu_and_derivative, num_outputs=2, saves_outputs=(1,),
+               decompose=_decompose_gelu_and_derivative,
+               doc="(gelu(x), gelu'(x)) of the exact GELU: its gradient rule's derivative "
+                   "beside the GELU, one erf for both"))
 
 # ---- comparisons and logic --------------------------------------------------------------------
 
