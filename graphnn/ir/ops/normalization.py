@@ -157,6 +157,10 @@ register(OpDef(name="layer_norm", group=OpGroup.FUSED, infer=_infer, impl=_refer
 def _infer_backward(types, *, normalized_dims, eps):
     g, x, normalized, rstd = types
     _check("layer_norm_backward", x, normalized_dims)
+    if any(t.dtype != x.dtype for t in (g, normalized, rstd)):
+        raise DTypeError(f"layer_norm_backward: expected a gradient, normalized values and rstd "
+                         f"of the input's dtype {x.dtype.name}, got {g.dtype.name}, "
+                         f"{normalized.dtype.name} and {rstd.dtype.name}")
     if g != x or normalized != x or rstd != _rstd_type(x, normalized_dims):
         raise ShapeError(f"layer_norm_backward: expected a gradient and normalized values of "
                          f"the input's type {x} and rstd of type "
