@@ -12,7 +12,7 @@ import pytest
 from graphnn.codegen.numpy import support as rt
 from graphnn.ir import parse, verify
 
-from compile_helpers import numpy_source
+from compile_helpers import isolated_cache, numpy_source  # noqa: F401  (the fixture)
 from test_codegen_numpy import run_both
 
 # NaN and inf in the scores and fully masked rows: invalid-value warnings are expected
@@ -162,3 +162,38 @@ def test_where_with_a_zero_d_fill_written_over_its_dying_operand():
     assert re.search(rf"= _rt\.where\(\w+, {product.group(1)}, \w+, out={product.group(2)}\)",
                      source), source
     run_both(graph, _inputs("f32", "64,64"))
+
+
+def test_softmax_with_keep_against_torch():
+    """The masked softmax against PyTorch's softmax of torch.where (its own summation
+    order: within float32 rounding), fully masked rows NaN in both."""
+    torch = pytest.importorskip("torch")
+    keep = np.tril(np.ones((64, 64), bool))
+    keep[7] = False
+    x = (np.random.default_rng(17).standard_normal((2, 3, 64, 64)) * 3).astype(np.float32)
+    got = rt.softmax(x, -1, keep=keep, fill=np.array(-np.inf, np.float32))
+    expected = torch.softmax(torch.where(torch.from_numpy(keep), torch.from_numpy(x),
+                                         float("-inf")), -1).numpy()
+    np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-7)
+    assert np.isnan(got[:, :, 7]).all() and np.isnan(expected[:, :, 7]).all()
+
+
+def test_masked_softmax_compiled_with_symbolic_sizes_equals_eager(isolated_cache):
+    """``graphnn.compile(dynamic=True)`` of scores, a causal where and a softmax: one kernel
+    over three sequence lengths, the where folded into the softmax, equal to eager bit for
+    bit."""
+    import graphnn
+    import graphnn.nn.functional as F
+
+    def scores(q, k, mask):
+        s = (q @ k.transpose(-1, -2)) * 0.125
+        return F.softmax(graphnn.where(mask, s, graphnn.tensor(np.float32(-np.inf))), dim=-1)
+    compiled = graphnn.compile(scores, backend="numpy", dynamic=True)
+    rng = np.random.default_rng(19)
+    for t in (8, 12, 16):
+        q, k = (graphnn.tensor(rng.standard_normal((2, t, 4)).astype(np.float32))
+                for _ in range(2))
+        mask = graphnn.tensor(np.tril(np.ones((t, t), bool)))
+        np.testing.assert_array_equal(compiled(q, k, mask).numpy(), scores(q, k, mask).numpy())
+    sources = [p.read_text() for p in isolated_cache.rglob("*.py")]
+    assert any(re.search(r"_rt\.softmax\(.*keep=", s) for s in sources)
