@@ -15,6 +15,7 @@ from graphnn.ir import TensorType, get_op
 from graphnn.ir.dtypes import as_dtype, dtype_from_name
 from graphnn.ir.errors import IndexError_
 from graphnn.ir.ops.erf import erf  # noqa: F401  (the erf op's lowering calls it)
+from graphnn.ir.ops.gelu import gelu_and_derivative  # noqa: F401
 from graphnn.ir.ops.normalization import (layer_norm_backward_rows,  # noqa: F401
                                          layer_norm_rows)
 from graphnn.ir.ops.pool import first_taps_inside
