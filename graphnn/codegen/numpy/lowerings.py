@@ -39,7 +39,7 @@ from graphnn.ir import get_op
 from graphnn.ir.dtypes import LOW_PRECISION
 from graphnn.ir.ops.pool import has_outside_windows
 from graphnn.ir.ops.shape_rules import normalize_dims
-from graphnn.ir.symbolic import same_size
+from graphnn.ir.symbolic import same_shape, same_size
 
 from .gelu import lower_gelu_and_derivative
 
@@ -201,7 +201,7 @@ def _masked_softmax(node, ctx):
         return None
     (softmax,) = readers
     if softmax.op != "softmax" or ctx.position(softmax) != ctx.position(node) + 1 or \
-            tuple(node.inputs[1].type.shape) != tuple(node.outputs[0].type.shape) or \
+            not same_shape(node.inputs[1].type.shape, node.outputs[0].type.shape) or \
             not _softmax_ok(softmax):
         return None
     return softmax
