@@ -178,6 +178,16 @@ def _binary_errors_nonbool(m):
     return _bad_broadcast(m) + [Err([m(2, dtype=B), m(2, dtype=B)], {}, TypeError, "bool")]
 
 
+def _gelu_and_derivative_reference(x):
+    """(gelu(x), gelu'(x)) of the exact GELU in float64, rounded to x's dtype; the derivative
+    by autograd with create_graph, so that its own gradient is gelu''."""
+    with torch.enable_grad():  # also under a caller's no_grad
+        z = x.double() if x.requires_grad else x.double().requires_grad_()
+        y = F.gelu(z)
+        (d,) = torch.autograd.grad(y.sum(), z, create_graph=x.requires_grad)
+    return y.to(x.dtype), d.to(x.dtype)
+
+
 def _float_unary_errors(m):
     return [Err([m(2, dtype=I64)], {"approximate": "none"}, TypeError, "int input"),
             Err([m(2)], {"approximate": "erf"}, TypeError, "bad attribute choice")]
@@ -229,6 +239,8 @@ ELEMENTWISE = [
     _ew("erf", _unary, torch.erf),
     _ew("relu", _kink_samples([-1.0, 0.0, 2.0]), torch.relu, NUMERIC, _unary_errors_nonbool),
     _ew("gelu", _gelu_samples, _gelu_reference, FLOATS, _float_unary_errors),
+    _ew("gelu_and_derivative", lambda m: _unary(m, -3, 3), _gelu_and_derivative_reference,
+        FLOATS, lambda m: [Err([m(2, dtype=I64)], {}, TypeError, "int input")]),
     *[_ew(n, _cmp_samples, getattr(torch, n), WIDE, errors=_bad_broadcast)
       for n in ("eq", "ne", "lt", "le", "gt", "ge")],
     *[_ew(n, _cmp_samples, getattr(torch, n), errors=_bad_broadcast)

@@ -67,6 +67,7 @@ def _empty_samples(name, dtype) -> list:
         **{op: [Sample([z((0, 3), f), z((3,), f)])] for op in ("gt", "ge", "ne")},
         "relu": unary, "rsqrt": unary, "sign": unary, "detach": unary,
         "gelu": [Sample([z((0, 3), f)], {"approximate": a}) for a in ("none", "tanh")],
+        "gelu_and_derivative": unary,
         "softmax": [Sample([z((0, 3), f)], {"dim": -1}), Sample([z((3, 0), f)], {"dim": 1})],
         "log_softmax": [Sample([z((0, 3), f)], {"dim": 1}), Sample([z((3, 0), f)], {"dim": -1})],
         "mean": [Sample([z((0, 3), f)], {"dims": (0,)}), Sample([z((0, 3), f)], {})],
