@@ -128,7 +128,7 @@ class OpInfo:
     samples: Callable  # Maker -> list[Sample]
     ref: Callable | None = None  # (*torch tensors, **normalized attrs) -> tensor or tuple
     dtypes: tuple = FLOATS
-    grad_inputs: tuple | None = None  # None: every floating-point input
+    grad_inputs: tuple | None = None  # None: every float input; indices past a sample's are skipped
     errors: Callable | None = None  # Maker -> list[Err]
     tol: dict = field(default_factory=dict)  # np dtype -> (rtol, atol)
     properties: Callable | None = None  # random ops: checked by properties, not a reference

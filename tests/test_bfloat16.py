@@ -180,6 +180,9 @@ def _torch_input(a):
 LOW_PRECISION_OPS = [n for n, info in OP_DB.items() if F16 in info.dtypes and info.ref is not None]
 ROUNDS_MORE = {"softmax", "log_softmax", "logsumexp", "var", "std", "layer_norm", "rms_norm",
                "scaled_dot_product_attention", "group_norm", "batch_norm"}
+# (rtol, atol) of ops whose samples feed them bfloat16-rounded statistics of x where torch
+# recomputes them from x in float32 (the rows' cancellation in dx magnifies the difference)
+STATISTICS_ROUNDED = {"layer_norm_backward": (6.4e-2, 5e-2)}
 
 
 @pytest.mark.parametrize("name", LOW_PRECISION_OPS)
@@ -187,7 +190,7 @@ def test_eager_bfloat16_matches_torch(name):
     """Each op computes bfloat16 in float32 and rounds once, as torch's CPU kernels: values
     match within one bfloat16 rounding (two for ops torch computes in several rounded steps)."""
     info, op = OP_DB[name], REGISTRY[name]
-    rtol = 3.2e-2 if name in ROUNDS_MORE else 1.6e-2
+    rtol, atol = STATISTICS_ROUNDED.get(name, (3.2e-2 if name in ROUNDS_MORE else 1.6e-2, 1e-2))
     for sample in map(_bf16_sample, info.sample_list(F16)):
         attrs = op.normalize_attrs(sample.attrs)
         ours = apply_op(name, [graphnn.from_numpy(a) for a in sample.inputs], sample.attrs)
@@ -196,7 +199,7 @@ def test_eager_bfloat16_matches_torch(name):
         theirs = theirs if isinstance(theirs, tuple) else (theirs,)
         for k, (o, t) in enumerate(zip(ours, theirs)):
             assert o.dtype.name == str(t.dtype).replace("torch.", ""), f"{name} {k} {sample}"
-            torch.testing.assert_close(to_torch(o.numpy()), t, rtol=rtol, atol=1e-2,
+            torch.testing.assert_close(to_torch(o.numpy()), t, rtol=rtol, atol=atol,
                                        equal_nan=True, msg=lambda m: f"{name} {k} {sample}\n{m}")
 
 

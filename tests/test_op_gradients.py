@@ -36,8 +36,9 @@ class Case:
         self.inputs = [a if a.dtype.kind != "f" or a.dtype == dtype else a.astype(dtype)
                        for a in sample.inputs]
         self.attrs = self.op.normalize_attrs(sample.attrs)
-        self.diff = list(self.info.grad_inputs if self.info.grad_inputs is not None else
-                         [i for i, a in enumerate(self.inputs) if a.dtype.kind == "f"])
+        self.diff = [i for i in self.info.grad_inputs if i < len(self.inputs)] \
+            if self.info.grad_inputs is not None else \
+            [i for i, a in enumerate(self.inputs) if a.dtype.kind == "f"]
         outs = self.op.run(self.inputs, self.attrs)
         self.float_outs = [k for k, o in enumerate(outs)
                            if o.dtype.kind == "f" and k not in self.op.statistics]

@@ -498,20 +498,38 @@ def _attention(node, args, ctx):
 
 def _layer_norm(node, args, ctx):
     """The reference's row kernel writing into scratch buffers (the normalized values may
-    overwrite a dying input); rstd only where the backward reads it."""
-    a = node.attrs
-    call = f"_rt.layer_norm_rows({args[0]}, normalized_dims={a['normalized_dims']}, " \
+    overwrite a dying input); the normalized values (with a weight) and rstd only where the
+    backward reads them."""
+    a, (y, normalized, rstd) = node.attrs, node.outputs
+    call = f"_rt.layer_norm_rows({', '.join(args)}, normalized_dims={a['normalized_dims']}, " \
            f"eps={a['eps']!r}{ctx.out_arg(node, inplace=True)}"
-    if ctx.used(node.outputs[1]):
-        return f"{call}{ctx.out_arg(node, result=1, name='out_rstd')})"
-    return Lowered(f"{call})[0]", targets=[node.outputs[0]])
+    targets = [y]
+    if ctx.used(normalized):  # without a weight, y itself
+        call += ctx.out_arg(node, result=1, name="out_normalized") if len(args) > 1 else ""
+        targets.append(normalized)
+    if ctx.used(rstd):
+        call += ctx.out_arg(node, result=2, name="out_rstd")
+        targets.append(rstd)
+    picked = tuple(i for i, v in enumerate(node.outputs) if v in targets)
+    if picked == (0, 1, 2):
+        return f"{call})"
+    return Lowered(f"{call}){_SUBSCRIPTS[picked]}", targets=targets)
+
+
+_SUBSCRIPTS = {(0,): "[0]", (0, 1): "[:2]", (0, 2): "[::2]"}  # results picked from a 3-tuple
 
 
 def _layer_norm_backward(node, args, ctx):
-    """The reference's row kernel (reads the gradient and the forward's normalized values and
-    rstd, not the input)."""
-    return f"_rt.layer_norm_backward_rows({args[0]}, {args[2]}, {args[3]}, " \
-           f"normalized_dims={node.attrs['normalized_dims']}{ctx.out_arg(node)})"
+    """The reference's row kernel (reads the gradient, the forward's normalized values and
+    rstd and the weight, not the input); the affine's gradients only where they are read."""
+    dx, dweight, dbias = node.outputs
+    affine = ctx.used(dweight) or ctx.used(dbias)
+    call = f"_rt.layer_norm_backward_rows({', '.join([args[0]] + args[2:])}, " \
+           f"normalized_dims={node.attrs['normalized_dims']}{ctx.out_arg(node)}"
+    if not affine:
+        return Lowered(f"{call}, affine=False)[0]", targets=[dx])
+    return f"{call}{ctx.out_arg(node, result=1, name='out_weight')}" \
+           f"{ctx.out_arg(node, result=2, name='out_bias')})"
 
 
 LOWERINGS = {name: _ufunc for name in UFUNCS}

@@ -1,25 +1,29 @@
 """Layer normalization as two fused ops: ``layer_norm`` and its gradient ``layer_norm_backward``.
 
-- ``layer_norm(x; normalized_dims, eps) -> (normalized, rstd)``: over the trailing
-  ``normalized_dims`` dims (a row of C elements), ``(x - mean) * rstd`` with
-  ``rstd = 1 / sqrt(var + eps)`` and the biased variance, and ``rstd`` itself (keepdim shape:
-  the leading dims, then ones). No affine: ``F.layer_norm`` multiplies by the weight and adds
-  the bias with ``mul``/``add`` after it. ``rstd`` is a statistic for the backward, as
-  PyTorch's ``native_layer_norm``'s are: it takes no gradient (the rule reads only the
-  normalized output's).
-- ``layer_norm_backward(g, x, normalized, rstd; normalized_dims, eps) -> dx``:
-  ``rstd * (g - mean(g) - normalized * mean(g * normalized))`` along each row. ``normalized``
-  and ``rstd`` must be ``layer_norm``'s results for ``x``: the reference implementation (and
-  the NumPy backend, which calls the same function) reads them instead of recomputing them;
-  the decomposition recomputes them from ``x`` (as the scaled-dot-product attention's backward
-  ignores its stats), so the op's own gradient, the layer norm's second order, is reverse mode
-  through that decomposition and reaches ``x``.
+- ``layer_norm(x[, weight[, bias]]; normalized_dims, eps) -> (y, normalized, rstd)``: over the
+  trailing ``normalized_dims`` dims (a row of C elements), ``normalized = (x - mean) * rstd``
+  with ``rstd = 1 / sqrt(var + eps)`` and the biased variance, and ``y = normalized * weight +
+  bias`` (what is given of the affine; weight and bias have the normalized dims' shape and x's
+  dtype). ``normalized`` and ``rstd`` (keepdim shape: the leading dims, then ones) are
+  *statistics* for the backward, as PyTorch's ``native_layer_norm``'s mean and rstd: no
+  gradient flows through them (the rule reads only y's).
+- ``layer_norm_backward(g, x, normalized, rstd[, weight]; normalized_dims, eps) -> (dx,
+  dweight, dbias)``: with ``h = g * weight`` (``g`` without one), ``dx = rstd * (h - mean(h) -
+  normalized * mean(h * normalized))`` along each row, ``dweight`` the sum of ``g *
+  normalized`` and ``dbias`` that of ``g`` over the leading dims (the affine's gradients; a
+  layer norm without weight or bias ignores them). ``normalized`` and ``rstd`` must be
+  ``layer_norm``'s results for ``x``: the reference implementation (and the NumPy backend, which
+  calls the same function) reads them instead of recomputing them; the decomposition
+  recomputes them from ``x`` (as the scaled-dot-product attention's backward ignores its
+  stats), so the op's own gradient, the layer norm's second order, is reverse mode through that
+  decomposition and reaches ``x`` and the weight.
 
-The reference implementations are the fast row kernels below: the rows' sums are BLAS
-matrix-vector products (``rows @ ones``) and the rows' dot products ``einsum``, so a forward is
-three passes over the rows and a backward four, where the decomposition into registry ops
-makes about ten and fifteen. They compute the decomposition's formula in its order of
-operations; the sums' order differs (float rounding). float16 and bfloat16 compute in float32.
+The reference implementations are the fast row kernels below: the rows' and columns' sums are
+BLAS matrix-vector products (``rows @ ones``, ``rows @ weight``, ``ones @ rows``) and the rows'
+dot products ``einsum``, so a forward is three passes over the rows plus the affine's two, and a
+backward with a weight six, where the registry ops make about twelve and nineteen. They compute
+the decomposition's formula in its order of operations but for the sums' order and the order of
+a product of three (float rounding). float16 and bfloat16 compute in float32.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ import numpy as np
 from ..dtypes import compute_np
 from ..errors import AttributeError_, DTypeError, ShapeError
 from ..registry import Attr, OpDef, OpGroup, register
+from ..symbolic import same_shape
 from ..types import TensorType
 from .compute import as_dtype, upcast
 from .replay import grad_by_decomposition
@@ -46,61 +51,92 @@ def _as_rows(a, normalized_dims: int, dtype):
     return np.asarray(a, dtype).reshape(math.prod(a.shape[:split]), math.prod(a.shape[split:]))
 
 
-def _row_mean(rows, count):
-    """Each row's sum (one gemv) divided by ``count``, as ``mean`` divides (0/0 is NaN)."""
-    return np.true_divide(rows @ np.ones(rows.shape[1], rows.dtype), count)
-
-
 def _row_dot(a, b):
     return np.einsum("ij,ij->i", a, b)
 
 
-def layer_norm_rows(x, *, normalized_dims, eps, out=None, out_rstd=None):
-    """``(normalized, rstd)`` of ``layer_norm`` (see the module docstring), into ``out`` (x's
-    shape and dtype; may be ``x`` itself) and ``out_rstd`` when given."""
+def _target(out, shape, dtype):
+    """(an array of ``shape`` and compute ``dtype`` to compute in, whether it is ``out``)."""
+    if out is not None and out.dtype == dtype and out.flags.c_contiguous:
+        return out.reshape(shape), True
+    return np.empty(shape, dtype), False
+
+
+def _deliver(value, like_shape, dtype, out):
+    """``value`` (computed in the compute dtype) as the result: ``out`` itself when the value
+    was computed there, copied into it when given, else rounded to ``dtype``."""
+    if out is None:
+        return value.astype(dtype, copy=False).reshape(like_shape)
+    if not np.shares_memory(value, out):
+        np.copyto(out, value.reshape(like_shape), casting="unsafe")
+    return out
+
+
+def layer_norm_rows(x, weight=None, bias=None, *, normalized_dims, eps, out=None,
+                    out_normalized=None, out_rstd=None):
+    """``(y, normalized, rstd)`` of ``layer_norm`` (see the module docstring), into ``out``,
+    ``out_normalized`` and ``out_rstd`` when given (either may be ``x`` itself). Without a
+    weight (then without a bias) y is normalized: one array, ``out`` (``out_normalized`` is
+    not written)."""
     ct = compute_np(x.dtype)
     rows = _as_rows(x, normalized_dims, ct)
     count = ct.type(rows.shape[1])
-    direct = out is not None and out.dtype == ct and out.flags.c_contiguous
-    centered = out.reshape(rows.shape) if direct else np.empty(rows.shape, ct)
-    mean = _row_mean(rows, count)
+    centered, _ = _target(out if weight is None else out_normalized, rows.shape, ct)
+    mean = np.true_divide(rows @ np.ones(rows.shape[1], ct), count)
     np.subtract(rows, mean[:, None], out=centered)
     var = np.true_divide(_row_dot(centered, centered), count)
     np.add(var, ct.type(eps), out=var)
     rstd = np.true_divide(ct.type(1), np.sqrt(var, out=var), out=var)
     np.multiply(centered, rstd[:, None], out=centered)
     rstd_shape = x.shape[:x.ndim - normalized_dims] + (1,) * normalized_dims
-    if out is None:
-        out = centered.astype(x.dtype, copy=False).reshape(x.shape)
-    elif not direct:
-        np.copyto(out, centered.reshape(x.shape), casting="unsafe")
-    if out_rstd is None:
-        return out, rstd.astype(x.dtype, copy=False).reshape(rstd_shape)
-    np.copyto(out_rstd, rstd.reshape(rstd_shape), casting="unsafe")
-    return out, out_rstd
+    rstd = _deliver(rstd, rstd_shape, x.dtype, out_rstd)
+    if weight is None:
+        y = _deliver(centered, x.shape, x.dtype, out)
+        return y, y, rstd
+    y, _ = _target(out, rows.shape, ct)
+    np.multiply(centered, np.asarray(weight, ct).reshape(-1), out=y)
+    if bias is not None:
+        np.add(y, np.asarray(bias, ct).reshape(-1), out=y)
+    return (_deliver(y, x.shape, x.dtype, out),
+            _deliver(centered, x.shape, x.dtype, out_normalized), rstd)
 
 
-def layer_norm_backward_rows(g, normalized, rstd, *, normalized_dims, out=None):
-    """``layer_norm_backward``'s dx from the output gradient ``g`` and the forward's
-    ``normalized`` and ``rstd`` (see the module docstring), into ``out`` when given (g's
-    shape and dtype; it may not share memory with ``g``)."""
+def layer_norm_backward_rows(g, normalized, rstd, weight=None, *, normalized_dims, out=None,
+                             out_weight=None, out_bias=None, affine=True):
+    """``layer_norm_backward``'s ``(dx, dweight, dbias)`` from the output gradient ``g``, the
+    forward's ``normalized`` and ``rstd`` and its weight (see the module docstring), into
+    ``out``, ``out_weight`` and ``out_bias`` when given (``out`` may not share memory with
+    ``g`` or ``normalized``). ``affine=False``: dweight and dbias are not computed (None)."""
     ct = compute_np(g.dtype)
     grad, norm = _as_rows(g, normalized_dims, ct), _as_rows(normalized, normalized_dims, ct)
     scale = np.asarray(rstd, ct).reshape(-1)
     count = ct.type(grad.shape[1])
-    direct = out is not None and out.dtype == ct and out.flags.c_contiguous
-    dx = out.reshape(grad.shape) if direct else np.empty(grad.shape, ct)
-    mean = _row_mean(grad, count)
-    projection = np.true_divide(_row_dot(grad, norm), count)
-    np.multiply(norm, projection[:, None], out=dx)
-    np.subtract(grad, dx, out=dx)
+    dx, _ = _target(out, grad.shape, ct)
+    dweight = dbias = None
+    leading = np.ones(grad.shape[0], ct)
+    if weight is None:
+        mean = np.true_divide(grad @ np.ones(grad.shape[1], ct), count)
+        projection = np.true_divide(_row_dot(grad, norm), count)
+        if affine:
+            dweight, dbias = leading @ (grad * norm), leading @ grad
+        np.multiply(norm, projection[:, None], out=dx)
+        np.subtract(grad, dx, out=dx)
+    else:
+        w = np.asarray(weight, ct).reshape(-1)
+        weighted = grad * norm
+        mean = np.true_divide(grad @ w, count)
+        projection = np.true_divide(weighted @ w, count)
+        if affine:
+            dweight, dbias = leading @ weighted, leading @ grad
+        np.multiply(grad, w, out=dx)
+        np.multiply(norm, projection[:, None], out=weighted)
+        np.subtract(dx, weighted, out=dx)
     np.subtract(dx, mean[:, None], out=dx)
     np.multiply(dx, scale[:, None], out=dx)
-    if out is None:
-        return dx.astype(g.dtype, copy=False).reshape(g.shape)
-    if not direct:
-        np.copyto(out, dx.reshape(g.shape), casting="unsafe")
-    return out
+    affine_shape = g.shape[g.ndim - normalized_dims:]
+    return (_deliver(dx, g.shape, g.dtype, out),
+            None if dweight is None else _deliver(dweight, affine_shape, g.dtype, out_weight),
+            None if dbias is None else _deliver(dbias, affine_shape, g.dtype, out_bias))
 
 
 # ---- the ops --------------------------------------------------------------------------------------
@@ -113,6 +149,20 @@ def _check(op: str, x: TensorType, normalized_dims: int) -> None:
                               f"{x.ndim}, got {normalized_dims}")
 
 
+def _check_affine(op: str, x: TensorType, normalized_dims: int, affine) -> TensorType:
+    """The affine's type (the normalized dims' shape, x's dtype); raises for a weight or bias
+    of another."""
+    want = TensorType(tuple(x.shape[x.ndim - normalized_dims:]), x.dtype)
+    for name, t in zip(("weight", "bias"), affine):
+        if t.dtype != x.dtype:
+            raise DTypeError(f"{op}: expected a {name} of the input's dtype {x.dtype.name}, "
+                             f"got {t.dtype.name}")
+        if not same_shape(t.shape, want.shape):
+            raise ShapeError(f"{op}: expected a {name} of the normalized shape "
+                             f"{fmt_shape(want.shape)}, got {fmt_shape(t.shape)}")
+    return want
+
+
 def _rstd_type(x: TensorType, normalized_dims: int) -> TensorType:
     return TensorType(tuple(x.shape[:x.ndim - normalized_dims]) + (1,) * normalized_dims,
                       x.dtype)
@@ -121,41 +171,57 @@ def _rstd_type(x: TensorType, normalized_dims: int) -> TensorType:
 def _infer(types, *, normalized_dims, eps):
     x = types[0]
     _check("layer_norm", x, normalized_dims)
-    return TensorType(x.shape, x.dtype), _rstd_type(x, normalized_dims)
+    _check_affine("layer_norm", x, normalized_dims, types[1:])
+    out = TensorType(x.shape, x.dtype)
+    return out, out, _rstd_type(x, normalized_dims)
 
 
 def _statistics(b, x, normalized_dims, eps):
-    """(centered, rstd) of ``x`` in registry ops, float16 and bfloat16 through float32."""
+    """(normalized, rstd, the normalized dims) of ``x`` in registry ops, float16 and bfloat16
+    through float32."""
     x = upcast(b, x)
     dims = tuple(range(len(b.shape(x)) - normalized_dims, len(b.shape(x))))
     centered = b.sub(x, b.mean(x, dims=dims, keepdim=True))
     var = b.mean(b.mul(centered, centered), dims=dims, keepdim=True)
-    return centered, b.rsqrt(b.add(var, b.scalar(eps, b.dtype(x)))), dims
+    rstd = b.rsqrt(b.add(var, b.scalar(eps, b.dtype(x))))
+    return b.mul(centered, rstd), rstd, dims
 
 
 def _decompose(b, ctx):
-    centered, rstd, _ = _statistics(b, ctx.input(0), **ctx.attrs)
+    normalized, rstd, _ = _statistics(b, ctx.input(0), **ctx.attrs)
+    y = normalized
+    for i, combine in ((1, b.mul), (2, b.add)):
+        if len(ctx.input_types) > i:
+            y = combine(y, upcast(b, ctx.input(i)))
     dtype = ctx.output_types[0].dtype
-    return [as_dtype(b, b.mul(centered, rstd), dtype), as_dtype(b, rstd, dtype)]
+    return [as_dtype(b, y, dtype), as_dtype(b, normalized, dtype), as_dtype(b, rstd, dtype)]
 
 
 def _grad(b, ctx, g):
-    return [b.layer_norm_backward(g[0], ctx.input(0), ctx.output(0), ctx.output(1), **ctx.attrs)]
+    """The affine's output gradient through ``layer_norm_backward`` (y is normalized itself
+    without a weight: the only output the rule then reads)."""
+    affine = len(ctx.input_types)
+    normalized = ctx.output(1) if affine > 1 else ctx.output(0)
+    weight = [ctx.input(1)] if affine > 1 else []
+    grads = b.layer_norm_backward(g[0], ctx.input(0), normalized, ctx.output(2), *weight,
+                                  **ctx.attrs)
+    return list(grads[:affine])
 
 
-def _reference(x, *, normalized_dims, eps):
-    return layer_norm_rows(x, normalized_dims=normalized_dims, eps=eps)
+def _reference(x, *affine, normalized_dims, eps):
+    return layer_norm_rows(x, *affine, normalized_dims=normalized_dims, eps=eps)
 
 
 register(OpDef(name="layer_norm", group=OpGroup.FUSED, infer=_infer, impl=_reference,
-               grad=_grad, attrs=ATTRS, num_outputs=2, saves_inputs=(0,),
-               saves_outputs=(0, 1), decompose=_decompose, statistics=(1,),
-               doc="(x - mean) / sqrt(var + eps) over the trailing normalized_dims dims, and "
-                   "the rows' 1 / sqrt(var + eps)"))
+               grad=_grad, attrs=ATTRS, arity=(1, 3), num_outputs=3, saves_inputs=slice(0, 2),
+               saves_outputs=(0, 1, 2), decompose=_decompose, statistics=(1, 2),
+               doc="(x - mean) / sqrt(var + eps) over the trailing normalized_dims dims, times "
+                   "the weight plus the bias (those given); the normalized values and the "
+                   "rows' 1 / sqrt(var + eps)"))
 
 
 def _infer_backward(types, *, normalized_dims, eps):
-    g, x, normalized, rstd = types
+    g, x, normalized, rstd = types[:4]
     _check("layer_norm_backward", x, normalized_dims)
     if any(t.dtype != x.dtype for t in (g, normalized, rstd)):
         raise DTypeError(f"layer_norm_backward: expected a gradient, normalized values and rstd "
@@ -167,24 +233,33 @@ def _infer_backward(types, *, normalized_dims, eps):
                          f"{_rstd_type(x, normalized_dims)}, got {g}, {normalized} and {rstd} "
                          f"(shapes {fmt_shape(g.shape)}, {fmt_shape(normalized.shape)}, "
                          f"{fmt_shape(rstd.shape)})")
-    return TensorType(x.shape, x.dtype)
+    affine = _check_affine("layer_norm_backward", x, normalized_dims, types[4:])
+    return TensorType(x.shape, x.dtype), affine, affine
 
 
 def _decompose_backward(b, ctx):
-    """dx from ``g`` and ``x`` alone (``normalized`` and ``rstd`` recomputed)."""
-    centered, rstd, dims = _statistics(b, ctx.input(1), **ctx.attrs)
-    g, normalized = upcast(b, ctx.input(0)), b.mul(centered, rstd)
-    projection = b.mean(b.mul(g, normalized), dims=dims, keepdim=True)
-    dx = b.sub(b.sub(g, b.mul(normalized, projection)), b.mean(g, dims=dims, keepdim=True))
-    return [as_dtype(b, b.mul(dx, rstd), ctx.output_types[0].dtype)]
+    """(dx, dweight, dbias) from ``g``, ``x`` and the weight (``normalized`` and ``rstd``
+    recomputed from ``x``)."""
+    normalized, rstd, dims = _statistics(b, ctx.input(1), **ctx.attrs)
+    g = upcast(b, ctx.input(0))
+    h = b.mul(g, upcast(b, ctx.input(4))) if len(ctx.input_types) > 4 else g
+    projection = b.mean(b.mul(h, normalized), dims=dims, keepdim=True)
+    dx = b.sub(b.sub(h, b.mul(normalized, projection)), b.mean(h, dims=dims, keepdim=True))
+    leading = tuple(range(dims[0]))
+    dtype = ctx.output_types[0].dtype
+    return [as_dtype(b, b.mul(dx, rstd), dtype),
+            as_dtype(b, b.sum(b.mul(g, normalized), dims=leading), dtype),
+            as_dtype(b, b.sum(g, dims=leading), dtype)]
 
 
-def _reference_backward(g, x, normalized, rstd, *, normalized_dims, eps):
-    return layer_norm_backward_rows(g, normalized, rstd, normalized_dims=normalized_dims)
+def _reference_backward(g, x, normalized, rstd, *weight, normalized_dims, eps):
+    return layer_norm_backward_rows(g, normalized, rstd, *weight,
+                                    normalized_dims=normalized_dims)
 
 
 register(OpDef(name="layer_norm_backward", group=OpGroup.FUSED, infer=_infer_backward,
                impl=_reference_backward, grad=grad_by_decomposition(_decompose_backward),
-               attrs=ATTRS, arity=(4, 4), decompose=_decompose_backward,
-               doc="the input gradient of layer_norm's normalized output, from the output "
-                   "gradient, the input and layer_norm's results for it"))
+               attrs=ATTRS, arity=(4, 5), num_outputs=3, decompose=_decompose_backward,
+               doc="the gradients of layer_norm's input, weight and bias, from the output "
+                   "gradient, the input, layer_norm's normalized values and rstd for it and "
+                   "the weight"))

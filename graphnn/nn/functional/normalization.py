@@ -12,6 +12,7 @@ from ...frontend.dispatch import apply_op
 from ...ir.dtypes import LOW_PRECISION, compute_dtype, finfo
 from ...ir.errors import ShapeError
 from ...ir.ops.shape_rules import fmt_shape
+from ...ir.symbolic import same_shape
 
 __all__ = ["layer_norm", "rms_norm"]
 
@@ -47,11 +48,20 @@ def rounded_like(result, input):
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     """``(x - mean) / sqrt(var + eps) * weight + bias`` with the biased variance over the
-    trailing ``normalized_shape`` dims."""
+    trailing ``normalized_shape`` dims: the ``layer_norm`` op, given the weight and bias when
+    they have the normalized shape and the dtype it computes in (PyTorch's case), else followed
+    by the affine's ``mul``/``add`` (a bias without weight, other dtypes, broadcasting)."""
     dims = _normalized_dims("layer_norm", input, normalized_shape)
-    normalized, _ = apply_op("layer_norm", [widened(input)],
-                             {"normalized_dims": len(dims), "eps": eps})
-    return rounded_like(_affine(normalized, weight, bias), input)
+    x = widened(input)
+    fused = []
+    for t in (weight, bias):
+        if t is None or t.dtype != x.dtype or \
+                not same_shape(tuple(t.shape), tuple(x.shape[dims[0]:])):
+            break
+        fused.append(t)
+    y = apply_op("layer_norm", [x, *fused], {"normalized_dims": len(dims), "eps": eps})[0]
+    rest = _affine(y, None if fused else weight, bias if len(fused) < 2 else None)
+    return rounded_like(rest, input)
 
 
 def rms_norm(input, normalized_shape, weight=None, eps: float | None = None):
