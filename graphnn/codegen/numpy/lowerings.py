@@ -538,7 +538,7 @@ LOWERINGS.update({
     "detach": _detach,
     "reshape": _reshape, "permute": _permute, "expand": _expand, "slice": _slice,
     "slice_scatter": _slice_scatter,
-    "sum": _reduce("np.sum"), "amax": _reduce("np.amax"), "amin": _reduce("np.amin"),
+    "sum": _reduce("_rt.float_sum"), "amax": _reduce("np.amax"), "amin": _reduce("np.amin"),
     "mean": _mean, "softmax": _softmax, "log_softmax": _softmax,
     "matmul": _matmul, "matmul_epilogue": _matmul_epilogue,
     "conv2d": _conv2d, "conv2d_epilogue": _conv2d_epilogue,

@@ -19,6 +19,7 @@ from graphnn.ir.ops.gelu import gelu_and_derivative  # noqa: F401
 from graphnn.ir.ops.normalization import (layer_norm_backward_rows,  # noqa: F401
                                          layer_norm_rows)
 from graphnn.ir.ops.pool import first_taps_inside
+from graphnn.ir.ops.reductions import float_sum
 
 from .common import activate_, epilogue_, fresh, scratch
 from .conv import conv2d, conv2d_input_grad, conv2d_weight_grad  # noqa: F401
@@ -572,5 +573,5 @@ def _masked_softmax_(s, scale, mask, upper, safe_softmax):
 def mean(x, axes, keepdim, count, out=None):
     """sum / count, as the reference's mean (count given in the result dtype); without
     ``out``, a 0-d result is a NumPy scalar (the caller makes it an array)."""
-    total = np.sum(x, axis=axes, keepdims=keepdim, out=out)
+    total = float_sum(x, axes, keepdim, out=out)
     return np.true_divide(total, count, out=out)

@@ -5,6 +5,7 @@ back to the keepdim shape; the autograd driver's ``fit`` expands it over the red
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -79,8 +80,53 @@ def _float_only(op, t):
 
 
 def _sum(x, axes, keepdim):
+    if x.dtype in _GEMV_DTYPES:
+        return float_sum(x, axes, keepdim)
     acc = compute_np(x.dtype) if _is_float(x) else np.int64
     return np.sum(x, axis=axes, keepdims=keepdim, dtype=acc)
+
+
+_GEMV_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_LAST_AXIS_MAX = 128  # longer rows: np.sum's pairwise sums are more accurate than a gemv's
+
+
+def float_sum(x, axis, keepdims, out=None):
+    """``np.sum(x, axis=axis, keepdims=keepdims, out=out)`` of a float32/float64 array, the
+    ``sum`` op's values in eager, the interpreter and the NumPy backend alike (``axis``: sorted
+    axes). Over the leading axes of ``x`` seen as rows (N, C) with C >= 2, and over a last axis
+    of at most 128 elements, the sums are one BLAS matrix-vector product with a vector of ones
+    (``ones @ rows``, ``rows @ ones``: 3-5x faster than NumPy's reduction loops), whose
+    summation order is not NumPy's: the same values up to rounding, the same NaN and infinite
+    results, +0 for zero sums (np.sum also gives +0 for -0 + -0). The result depends only on
+    the values, shape and axes (a non-contiguous or unaligned ``x`` is copied first) and,
+    above ~10^7 elements, on the BLAS thread count. Other reductions (all axes, inner axes,
+    longer last axes, empty arrays) are ``np.sum``."""
+    shape, k = x.shape, len(axis)
+    lead = 0 < k < x.ndim and axis == tuple(range(k))
+    rows = math.prod(shape[:k]) if lead else math.prod(shape[:-1])
+    if not x.size or not (lead and x.size // rows >= 2 or x.ndim >= 2 and axis == (x.ndim - 1,)
+                          and shape[-1] <= _LAST_AXIS_MAX):
+        return np.sum(x, axis=axis, keepdims=keepdims, out=out)
+    x = np.require(x, requirements="CA").reshape(rows, -1)
+    kept = tuple(1 if i in axis else n for i, n in enumerate(shape)) if keepdims else \
+        tuple(n for i, n in enumerate(shape) if i not in axis)
+    target = out.reshape(-1) if out is not None and out.flags.c_contiguous else None
+    if lead:
+        total = np.matmul(_ones(rows, x.dtype), x, out=target)
+    else:
+        total = np.matmul(x, _ones(x.shape[1], x.dtype), out=target)
+    if out is None:
+        return total.reshape(kept)
+    if target is None:
+        np.copyto(out, total.reshape(kept))
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _ones(n: int, dtype) -> np.ndarray:
+    ones = np.ones(n, dtype)
+    ones.flags.writeable = False
+    return ones
 
 
 _reduction("sum", _sum, lambda b, ctx, g: [_unreduce(b, ctx, g)], _sum_dtype, saves_inputs=())
@@ -90,7 +136,7 @@ def _mean(x, axes, keepdim):
     """sum / count (NumPy's mean warns on empty slices; 0 / 0 is simply nan here)."""
     acc = compute_np(x.dtype)
     n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
-    return np.sum(x, axis=axes, keepdims=keepdim, dtype=acc) / np.array(n, dtype=acc)
+    return _sum(x, axes, keepdim) / np.array(n, dtype=acc)
 
 
 def _grad_mean(b, ctx, g):
