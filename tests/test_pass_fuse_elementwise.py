@@ -278,7 +278,8 @@ def test_traced_block_through_the_pipeline():
 
 def test_autodiff_training_graph_groups_are_legal_and_values_kept():
     model = BlockLoss()
-    graph = graphnn.trace(model, graphnn.randn(2, 4, 8), graphnn.randn(2, 4, 8))
+    graph = layer_norm_as_chain(graphnn.trace(model, graphnn.randn(2, 4, 8),
+                                              graphnn.randn(2, 4, 8)))
     joint = run_pipeline(autodiff(graph, [p.name for p in graph.params]),
                          disable=["fuse_elementwise"]).graph
     out = verify(fuse_elementwise(joint))
