@@ -238,6 +238,32 @@ def test_a_backward_with_no_sized_input_takes_its_forward_sizes():
                                             "# guards: none")
 
 
+def test_a_stage_that_names_no_size_symbol_runs_its_plain_kernel():
+    """A dynamic input the result does not depend on (fuzz seed 9009, program 943083371): the
+    forward and backward graphs name no size symbol, so the generator writes a plain
+    ``kernel(inputs, params, buffers)``, which the artifact runs for every binding (it was
+    called as ``kernel(sizes)``: a TypeError)."""
+    class Unused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(graphnn.tensor([[0.5, -2.0]]))
+
+        def forward(self, x, y):
+            return y @ self.weight
+
+    model, eager = Unused(), Unused()
+    compiled = graphnn.compile(model, dynamic=True)
+    for batch in (3, 5, 2):
+        x, y = graphnn.randn(batch, 1, 4, 4), graphnn.tensor([[1.5]])
+        out = quietly(compiled, x, y)
+        out.sum().backward()
+        expected = eager(x, y)
+        expected.sum().backward()
+        _assert_equal(out, expected, f"batch {batch}")
+        _assert_equal(model.weight.grad, eager.weight.grad, f"batch {batch} grad")
+    assert compiled.compiles == 1
+
+
 OPTIMIZERS = {
     "sgd_momentum": lambda ps: graphnn.optim.SGD(ps, lr=0.05, momentum=0.9, dampening=0.1),
     "adam": lambda ps: graphnn.optim.Adam(ps, lr=1e-2),

@@ -66,6 +66,10 @@ class SymbolicArtifact:
         known = ";".join(g.text for g in env.guards)
         source, self._bind_kernel = cache.get_kernel(self.schedule, backend, plan,
                                                      f"{options};guards={known}")
+        # a graph that names no size symbol (a backward that reads none of the forward's
+        # symbolic inputs, a graph whose every size a guard fixed) gets the generator's plain
+        # ``kernel(inputs, params, buffers)``: the kernel of every binding
+        self._plain = None if graph_symbols(graph) else self._bind_kernel
         for poly, relation in self._bind_kernel.__globals__.get("GUARDS", ()):
             env.record(dict(poly), relation)  # what its generation decided on (a cache hit)
         self.source = self._preamble() + source
@@ -149,7 +153,10 @@ class SymbolicArtifact:
     def kernel_for(self, values: dict):
         """The kernel for a binding of the size symbols: the generated module's
         ``kernel(sizes)`` called with it once (kept for the ``KEPT_SIZES`` bindings used
-        last); the module itself was imported once, from its cache file."""
+        last), or its plain kernel when the graph names no symbol; the module itself was
+        imported once, from its cache file."""
+        if self._plain is not None:
+            return self._plain
         key = tuple(sorted(values.items()))
         with self._lock:
             kernel = self._kernels.get(key)
