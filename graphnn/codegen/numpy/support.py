@@ -483,8 +483,10 @@ def _row_max(x, d):
 
 def softmax(x, dim, out=None, keep=None, fill=None):
     """Stable softmax along ``dim`` written into ``out`` (may be ``x`` itself), in the
-    reference's order of operations: x - max, exp, / sum; split over the threads along the
-    leading dim when ``dim`` is another. With ``keep`` (bool, broadcast to ``x``'s shape) and
+    reference's order of operations: x - max, exp, / sum; the sums are the reference's
+    ``float_sum`` over the whole array (a gemv's row sums depend on the rows beside them), the
+    rest split over the threads along the leading dim when ``dim`` is another. With ``keep``
+    (bool, broadcast to ``x``'s shape) and
     ``fill`` (0-d, ``x``'s dtype): the softmax of ``where(keep, x, fill)`` (a masked
     attention's scores), the select written into ``out`` as ``where`` computes it: the same
     values bit for bit, without a pass over an array of its own."""
@@ -496,7 +498,7 @@ def softmax(x, dim, out=None, keep=None, fill=None):
         fill = np.asarray(fill, x.dtype)
         masks = _fill_masks(keep, fill, out)
 
-    def rows(lo, hi):
+    def exponentials(lo, hi):
         xs, os = x[lo:hi], out[lo:hi]
         if keep is not None:
             _select(_rows(keep, lo, hi, x.ndim).view(np.uint8), xs.view(bits),
@@ -504,8 +506,11 @@ def softmax(x, dim, out=None, keep=None, fill=None):
             xs = os
         np.subtract(xs, _row_max(xs, d), out=os)
         np.exp(os, out=os)
-        np.true_divide(os, np.sum(os, axis=d, keepdims=True), out=os)
-    split(rows, x.shape[0], x.size if d else 0)  # one part when the rows are reduced
+    work = x.size if d else 0  # one part when the rows are reduced
+    split(exponentials, x.shape[0], work)
+    total = float_sum(out, (d,), True)
+    split(lambda lo, hi: np.true_divide(out[lo:hi], total[lo:hi], out=out[lo:hi]),
+          x.shape[0], work)
     return out
 
 

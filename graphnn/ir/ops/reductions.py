@@ -366,9 +366,11 @@ def _shifted(x, dim):
 
 
 def _softmax(x, *, dim):
+    """exp(x - max) / its sum along ``dim`` (``float_sum``: the sum op's values, which the NumPy
+    backend's softmax computes too)."""
     z, d = _shifted(x, dim)
     e = np.exp(z)
-    return e / (np.sum(e, axis=d, keepdims=True) if d is not None else e)
+    return e / (float_sum(e, (d,), True) if d is not None else e)
 
 
 def _log_softmax(x, *, dim):
