@@ -180,5 +180,5 @@ def test_bfloat16_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
             path = tmp_path / (f"bf16_{k}_small.py" if blocks else f"bf16_{k}_sm90.py")
             path.write_text(source)
             paths.append(str(path))
-    count = compile_ahead_of_time(paths, tmp_path)
+    count = compile_ahead_of_time(paths)
     assert count >= 8

@@ -307,7 +307,7 @@ def test_sin_cos_are_triton_kernels_that_compile_ahead_of_time(tmp_path):
         path = tmp_path / f"sin_cos_{k}.py"
         path.write_text(source)
         paths.append(str(path))
-    assert compile_ahead_of_time(paths, tmp_path) == 3
+    assert compile_ahead_of_time(paths) == 3
 
 
 @INTERPRETER_WARNINGS

@@ -417,6 +417,6 @@ def test_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
             path.write_text(f"# {label!r}\n" + generate(stage.schedule, stage.plan, blocks=blocks,
                                                         interpreter_form=False))
             paths.append(str(path))
-    count = compile_ahead_of_time(paths, tmp_path)
+    count = compile_ahead_of_time(paths)
     print(f"{count} kernels from {len(paths)} modules")
     assert count > 50

@@ -230,6 +230,6 @@ def test_conv_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
         path = tmp_path / f"m{k}_sm90.py"
         path.write_text(f"# {label!r}\n" + source)
         paths.append(str(path))
-    count = compile_ahead_of_time(paths, tmp_path)
+    count = compile_ahead_of_time(paths)
     print(f"{count} kernels from {len(paths)} modules")
     assert count >= 3 * len(DTYPES)

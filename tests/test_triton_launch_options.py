@@ -79,7 +79,7 @@ def test_the_chosen_warps_and_stages_reach_the_launch_and_compile(
     assert f"'num_warps': {favourite[0]}, 'num_stages': {favourite[1]}" in options
     path = tmp_path / f"{case}.py"
     path.write_text(source)
-    assert compile_ahead_of_time([str(path)], tmp_path) == 1
+    assert compile_ahead_of_time([str(path)]) == 1
 
 
 def test_the_default_config_runs_under_the_interpreter(isolated_cache):  # noqa: F811

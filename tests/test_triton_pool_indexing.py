@@ -275,5 +275,5 @@ def test_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
             path = tmp_path / f"m{k}_{blocks.pointwise}{'_sm90' if sm90 else ''}.py"
             path.write_text(f"# {label!r}\n" + source)
             paths.append(str(path))
-    count = compile_ahead_of_time(paths, tmp_path)
+    count = compile_ahead_of_time(paths)
     assert count >= 10  # distinct kernels compiled

@@ -98,13 +98,12 @@ _COMPILERS = _Compilers()
 atexit.register(_COMPILERS.stop)
 
 
-def compile_ahead_of_time(paths, tmp_path) -> int:
+def compile_ahead_of_time(paths) -> int:
     """Compile every jit function of the generated modules at ``paths`` (each listed in its
     module's ``SIGNATURES``, one of each kernel that differs only in sizes, with its
     ``LAUNCH_OPTIONS``: warps and stages) to PTX for sm80,
     and for sm90 too where the path contains "sm90", with no GPU: in worker processes with the
     interpreter off (``tests/aot_worker.py``), so that what the interpreter accepts and the
-    compiler rejects fails the test. Returns how many distinct kernels compiled.
-    ``tmp_path`` is unused (the workers share one Triton cache for the session)."""
-    del tmp_path
+    compiler rejects fails the test (the workers share one Triton cache for the session).
+    Returns how many distinct kernels compiled."""
     return _COMPILERS.run([str(p) for p in paths])
