@@ -26,6 +26,7 @@ class OpGroup(enum.Enum):
     NORMALIZATION = "normalization"
     SHAPE = "shape"
     INDEXING = "indexing"
+    SCAN = "scan"  # sorts and scans along one dim
     CONTRACTION = "contraction"
     CONVOLUTION = "convolution"
     POOLING = "pooling"

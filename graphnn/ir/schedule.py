@@ -32,6 +32,7 @@ class KernelKind(enum.Enum):
     CONVOLUTION = "convolution"  # a convolution (or its gradients), with its fused epilogue
     POOLING = "pooling"  # max pooling with the window position of each maximum
     SCATTER_GATHER = "scatter_gather"  # index/gather and scatter-adds (pooling, embedding grads)
+    SCAN = "scan"  # a sort or a scan (cumsum, cumprod) along one dim
     ATTENTION = "attention"  # fused scaled dot-product attention
     RANDOM = "random"  # random numbers drawn from a seed (rand, randn, randint)
     MULTI_UPDATE = "multi_update"  # the state updates of a training step, all parameters at once

@@ -7,8 +7,9 @@ and does not modify it. It is the one place that reads those annotations:
 - each run of one fusion group is a kernel (``reduction`` when it holds a reduction or
   normalization, else ``pointwise``); every other node is a kernel of its own, its kind given by
   its op: ``gemm``, ``convolution``, ``pooling``, ``scatter_gather`` (indexing, scatter-adds and
-  the max-pool gradient), ``attention``, ``random`` (random ops), ``view``
-  (``OpDef.view``), ``pointwise`` (elementwise ops, data movement, creation) or ``extern``;
+  the max-pool gradient), ``scan`` (sorts and scans), ``attention``, ``random`` (random ops),
+  ``view`` (``OpDef.view``), ``pointwise`` (elementwise ops, data movement, creation) or
+  ``extern``;
 - ``kinds`` is what the backend supports: a fused kernel of an unsupported kind falls apart into
   one kernel per node, and a single node of an unsupported kind becomes ``extern``;
 - the graph's ``update`` outputs are its state updates (a training step's new parameters and
@@ -30,7 +31,8 @@ _BY_GROUP = {OpGroup.ELEMENTWISE: KernelKind.POINTWISE, OpGroup.REDUCTION: Kerne
              OpGroup.NORMALIZATION: KernelKind.REDUCTION, OpGroup.SHAPE: KernelKind.POINTWISE,
              OpGroup.CREATION: KernelKind.POINTWISE, OpGroup.INDEXING: KernelKind.SCATTER_GATHER,
              OpGroup.CONTRACTION: KernelKind.GEMM, OpGroup.CONVOLUTION: KernelKind.CONVOLUTION,
-             OpGroup.POOLING: KernelKind.POOLING, OpGroup.RANDOM: KernelKind.RANDOM}
+             OpGroup.POOLING: KernelKind.POOLING, OpGroup.RANDOM: KernelKind.RANDOM,
+             OpGroup.SCAN: KernelKind.SCAN}
 # ops whose group does not say their kernel kind (the registry has no such fact yet)
 _BY_OP = {"matmul_epilogue": KernelKind.GEMM, "conv2d_epilogue": KernelKind.CONVOLUTION,
           "scaled_dot_product_attention": KernelKind.ATTENTION,

@@ -40,6 +40,7 @@ from .indexing import scatter_gather
 from .kernels import DEFAULT_BLOCKS, Unlowered
 from .pool import max_pool2d
 from .random import random
+from .scan import scan
 from .multi_update import multi_update
 from .units import units
 from ..source_text import comment_text
@@ -63,7 +64,8 @@ TEMPLATES = {KernelKind.POINTWISE: kernels.pointwise, KernelKind.REDUCTION: kern
              KernelKind.MULTI_UPDATE: multi_update,
              KernelKind.RANDOM: random, KernelKind.GEMM: gemm, KernelKind.CONVOLUTION: conv,
              KernelKind.ATTENTION: attention,
-             KernelKind.POOLING: max_pool2d, KernelKind.SCATTER_GATHER: scatter_gather}
+             KernelKind.POOLING: max_pool2d, KernelKind.SCATTER_GATHER: scatter_gather,
+             KernelKind.SCAN: scan}
 
 
 def _view(node, x: str) -> str:

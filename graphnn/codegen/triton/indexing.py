@@ -1,6 +1,5 @@
 """The ``@triton.jit`` source of ``scatter_gather`` units: ``gather``, ``index`` (embedding
-lookups), ``scatter_add``, ``index_put``, ``max_pool2d_backward`` (``pool.py``) and the scans
-``cumsum`` and ``cumprod`` (``scan.py``).
+lookups), ``scatter_add``, ``index_put`` and ``max_pool2d_backward`` (``pool.py``).
 
 Each op is described as a ``_Space``: the space ``P`` of the positions it visits (the index's
 shape for ``gather``/``scatter_add``, the indexed shape for ``index``/``index_put``), for each
@@ -38,7 +37,6 @@ from graphnn.ir.ops.shape_rules import broadcast_shapes
 from .kernels import Blocks, KernelBody, Launch, aligned_strides, launch_of, next_pow2
 from .ops import ROUNDED, Unlowered, compute
 from .pool import load_computed, max_pool2d_backward
-from .scan import SCAN_OPS, scan
 
 
 def _strides(shape) -> list:
@@ -227,8 +225,6 @@ def scatter_gather(name: str, unit, blocks: Blocks, interpreter_form: bool) -> L
     op, ins, attrs = node.op, node.inputs, node.attrs
     if op == "max_pool2d_backward":
         return max_pool2d_backward(name, unit, blocks, interpreter_form)
-    if op in SCAN_OPS:
-        return scan(name, unit, blocks, interpreter_form)
     if op in ("gather", "scatter_add"):
         space = _gather_space(ins[0], ins[1], attrs["dim"])
     elif op in ("index", "index_put"):

@@ -1,6 +1,6 @@
 """The ``@triton.jit`` source of scans: ``cumsum`` (from the end when ``reverse``) and ``cumprod``
-(``graphnn/ir/ops/scan.py``), scheduled as ``scatter_gather`` units (``indexing.py`` dispatches
-them here).
+(``graphnn/ir/ops/scan.py``): the template of ``scan`` units (``KernelKind.SCAN``). A ``sort``
+unit, the other op of that kind, has no template here and runs on the host.
 
 The input (C-contiguous, a 0-d one as one element) is split into rows (every dim but the scanned
 one) and columns (the scanned dim), through index arithmetic: row ``r`` is outer index
@@ -34,10 +34,12 @@ _ACCUMULATE = {"float16": "tl.float32", "bfloat16": "tl.float32", "float32": "tl
 
 def scan(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     """The kernel of a one-node ``cumsum``/``cumprod`` unit (see the module docstring);
-    ``Unlowered`` for other units."""
-    if len(unit.nodes) != 1 or unit.nodes[0].op not in SCAN_OPS:
-        raise Unlowered("not one scan")
+    ``Unlowered`` for other units (``sort``, named by its op)."""
+    if len(unit.nodes) != 1:
+        raise Unlowered("a scan unit of several nodes")
     node = unit.nodes[0]
+    if node.op not in SCAN_OPS:
+        raise Unlowered(node.op)
     x, out = node.inputs[0], node.outputs[0]
     shape = tuple(x.type.shape) or (1,)
     dim = normalize_dim(node.op, node.attrs["dim"], len(shape)) if x.type.ndim else 0

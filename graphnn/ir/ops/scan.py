@@ -3,9 +3,8 @@
 Integer and bool inputs give int64 results (wrapping on overflow), floats keep their dtype, as
 in PyTorch. The reference implementations accumulate as PyTorch's CPU kernels do: float32 in
 float64, float16 and bfloat16 in float32, each partial result rounded once into the result
-dtype. Like ``sort``, the scans sit in the ``INDEXING`` group until the registry has one for
-them: they are their own kernels, outside elementwise fusion, on the host where a backend has
-no template.
+dtype. Like ``sort``, the scans are in the ``SCAN`` group: their own kernels (kind ``scan``),
+outside elementwise fusion, on the host where a backend has no template.
 """
 from __future__ import annotations
 
@@ -57,7 +56,7 @@ def _grad_cumsum(b, ctx, g):
     return [b.cumsum(g, dim=_axis(ctx), reverse=not ctx.attrs["reverse"])]
 
 
-register(OpDef(name="cumsum", group=OpGroup.INDEXING, infer=_scan_infer("cumsum"),
+register(OpDef(name="cumsum", group=OpGroup.SCAN, infer=_scan_infer("cumsum"),
                impl=_scan_impl(np.cumsum), grad=_grad_cumsum, saves_inputs=(),
                attrs={"dim": Attr("int"), "reverse": Attr("bool", False)},
                doc="running sums along dim (from the end when reverse)"))
@@ -87,6 +86,6 @@ def _grad_cumprod(b, ctx, g):
     return [b.where(before, grad_before, b.where(first, grad_first, zero))]
 
 
-register(OpDef(name="cumprod", group=OpGroup.INDEXING, infer=_scan_infer("cumprod"),
+register(OpDef(name="cumprod", group=OpGroup.SCAN, infer=_scan_infer("cumprod"),
                impl=_scan_impl(np.cumprod), grad=_grad_cumprod, saves_outputs=(0,),
                attrs={"dim": Attr("int")}, doc="running products along dim"))

@@ -4,9 +4,8 @@ came from (``topk``, ``argsort`` and ``msort`` are frontend sugar over it).
 The order is always PyTorch's stable one (``stable=False`` leaves the order of ties free, so
 the stable order serves it too): equal elements keep their input order, ascending or
 descending, and NaN counts as larger than every number (last ascending, first descending).
-The registry has no group for sorts and scans yet; ``INDEXING`` (ops that move elements by
-position) keeps the op out of elementwise fusion and gives it a kernel of its own, which a
-backend without a template for it runs on the host.
+The op is in the ``SCAN`` group (sorts and scans along one dim): outside elementwise fusion, a
+kernel of its own (kind ``scan``), which a backend without a template for it runs on the host.
 """
 from __future__ import annotations
 
@@ -55,7 +54,7 @@ def _grad_sort(b, ctx, grads):
     return [b.scatter_add(b.zeros(t.shape, b.dtype(g)), ctx.output(1), g, dim=dim)]
 
 
-register(OpDef(name="sort", group=OpGroup.INDEXING, infer=_sort_infer, impl=_sort,
+register(OpDef(name="sort", group=OpGroup.SCAN, infer=_sort_infer, impl=_sort,
                grad=_grad_sort, num_outputs=2, saves_inputs=(), saves_outputs=(1,),
                attrs={"dim": Attr("int", -1), "descending": Attr("bool", False)},
                doc="(values, indices) sorted along dim in the stable order, NaN largest"))
