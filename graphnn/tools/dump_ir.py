@@ -51,9 +51,9 @@ Each line of the text form is one op: its result values and types, the op and it
 its attributes, the Module path that produced it (@features.0; @<root> for the model's own
 forward), the source line, and fuse=gN when a fusion pass put it in a kernel group.
 --stage schedule lists the kernels the scheduling pass makes of the optimized graph: per
-kernel its kind (pointwise, reduction, gemm, convolution, pooling, scatter_gather, attention,
-multi_update, view, extern), iteration space and Module paths, its nodes, and the values it
-reads and writes across its boundary.
+kernel its kind (pointwise, reduction, gemm, convolution, pooling, scatter_gather, scan,
+attention, multi_update, view, extern), iteration space and Module paths, its nodes, and the
+values it reads and writes across its boundary.
 Passes, in pipeline order: {passes}.
 Example inputs are never allocated for tracing (only --dynamic, which runs the target, does).
 Exit status: 0 on success; 2 for a usage error: a bad TARGET, --input or option, or any
