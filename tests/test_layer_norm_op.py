@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import re
+import zlib
 
 import numpy as np
 import pytest
@@ -69,25 +70,37 @@ def _close(ours, theirs, tol, what):
     np.testing.assert_allclose(_np(ours), _np(theirs), rtol=tol, atol=tol, err_msg=what)
 
 
+def _widened(t):
+    """A torch leaf of ``t``'s (rounded) values in float64 when ``t`` is 16-bit, else ``t``."""
+    if t is None or t.dtype not in (torch.float16, torch.bfloat16):
+        return t
+    return t.detach().double().requires_grad_(t.requires_grad)
+
+
 @pytest.mark.parametrize("affine", ["weight_and_bias", "none", "bias_only"])
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_eager_forward_and_gradients_match_torch(dtype, affine):
+    """Against torch in the same dtype; 16-bit dtypes against torch in float64 on the same
+    rounded values (torch's own bfloat16 backward rounds its intermediates: 8% off the float64
+    value where a row's terms cancel, where ours, computed in float32, is within rounding)."""
     _, _, tol, grad_tol = DTYPES[dtype]
+    rng = np.random.default_rng(zlib.crc32(f"{dtype} {affine}".encode()))
     for layout, (stored, view, shape) in LAYOUTS.items():
-        x, tx = _pair(RNG.uniform(-2, 2, stored) + 0.5, dtype, requires_grad=True)
-        w, tw = _pair(RNG.uniform(0.5, 1.5, shape), dtype, requires_grad=True)
-        b, tb = _pair(RNG.uniform(-1, 1, shape), dtype, requires_grad=True)
+        x, tx = _pair(rng.uniform(-2, 2, stored) + 0.5, dtype, requires_grad=True)
+        w, tw = _pair(rng.uniform(0.5, 1.5, shape), dtype, requires_grad=True)
+        b, tb = _pair(rng.uniform(-1, 1, shape), dtype, requires_grad=True)
         w, tw = (None, None) if affine != "weight_and_bias" else (w, tw)
         b, tb = (None, None) if affine == "none" else (b, tb)
+        tx, tw, tb = _widened(tx), _widened(tw), _widened(tb)
         out = F.layer_norm(view(x), shape, w, b, eps=1e-5)
         expected = TF.layer_norm(view(tx), shape, tw, tb, eps=1e-5)
         assert out.dtype == DTYPES[dtype][0] and tuple(out.shape) == tuple(expected.shape)
         _close(out, expected, tol, f"{layout} forward")
-        gout, tgout = _pair(RNG.uniform(-1, 1, tuple(expected.shape)), dtype)
+        gout, tgout = _pair(rng.uniform(-1, 1, tuple(expected.shape)), dtype)
         leaves = [t for t in (x, w, b) if t is not None]
         grads = graphnn.autograd.grad([out], leaves, grad_outputs=[gout])
         expected_grads = torch.autograd.grad(expected, [t for t in (tx, tw, tb) if t is not None],
-                                             tgout)
+                                             tgout.to(expected.dtype))
         for k, (g, e) in enumerate(zip(grads, expected_grads)):
             assert g.dtype == DTYPES[dtype][0]
             _close(g, e, grad_tol, f"{layout} gradient {k}")

@@ -56,10 +56,11 @@ def _row_dot(a, b):
 
 
 def _target(out, shape, dtype):
-    """(an array of ``shape`` and compute ``dtype`` to compute in, whether it is ``out``)."""
+    """An array of ``shape`` and the compute ``dtype`` to compute in: ``out`` (reshaped) when
+    it is C-contiguous of that dtype, else a new one (``_deliver`` copies it into ``out``)."""
     if out is not None and out.dtype == dtype and out.flags.c_contiguous:
-        return out.reshape(shape), True
-    return np.empty(shape, dtype), False
+        return out.reshape(shape)
+    return np.empty(shape, dtype)
 
 
 def _deliver(value, like_shape, dtype, out):
@@ -81,7 +82,7 @@ def layer_norm_rows(x, weight=None, bias=None, *, normalized_dims, eps, out=None
     ct = compute_np(x.dtype)
     rows = _as_rows(x, normalized_dims, ct)
     count = ct.type(rows.shape[1])
-    centered, _ = _target(out if weight is None else out_normalized, rows.shape, ct)
+    centered = _target(out if weight is None else out_normalized, rows.shape, ct)
     mean = np.true_divide(rows @ np.ones(rows.shape[1], ct), count)
     np.subtract(rows, mean[:, None], out=centered)
     var = np.true_divide(_row_dot(centered, centered), count)
@@ -93,7 +94,7 @@ def layer_norm_rows(x, weight=None, bias=None, *, normalized_dims, eps, out=None
     if weight is None:
         y = _deliver(centered, x.shape, x.dtype, out)
         return y, y, rstd
-    y, _ = _target(out, rows.shape, ct)
+    y = _target(out, rows.shape, ct)
     np.multiply(centered, np.asarray(weight, ct).reshape(-1), out=y)
     if bias is not None:
         np.add(y, np.asarray(bias, ct).reshape(-1), out=y)
@@ -111,7 +112,7 @@ def layer_norm_backward_rows(g, normalized, rstd, weight=None, *, normalized_dim
     grad, norm = _as_rows(g, normalized_dims, ct), _as_rows(normalized, normalized_dims, ct)
     scale = np.asarray(rstd, ct).reshape(-1)
     count = ct.type(grad.shape[1])
-    dx, _ = _target(out, grad.shape, ct)
+    dx = _target(out, grad.shape, ct)
     dweight = dbias = None
     leading = np.ones(grad.shape[0], ct)
     if weight is None:
