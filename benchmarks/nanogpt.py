@@ -126,6 +126,18 @@ def init_like_nanogpt(model, n_layer):
             torch.nn.init.zeros_(p)
 
 
+def twin_models(config):
+    """(torch GPT initialised as nanoGPT initialises it (seed 0), graphnn GPT with its
+    weights)."""
+    torch.manual_seed(0)
+    tmodel = gpt(torch, **config)
+    init_like_nanogpt(tmodel, config["n_layer"])
+    model = gpt(graphnn, **config)
+    model.load_state_dict({k: v.detach().numpy().copy()
+                           for k, v in tmodel.state_dict().items()})
+    return tmodel, model
+
+
 def lr_factor(step):
     """nanoGPT's schedule as a LambdaLR factor: linear warmup, then cosine to MIN_LR."""
     if step < WARMUP:
@@ -182,12 +194,7 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     shape = (STEPS, config["batch_size"], config["block_size"] + 1)
     tokens = rng.integers(0, config["vocab_size"], shape)
-    torch.manual_seed(0)
-    tmodel = gpt(torch, **config)
-    init_like_nanogpt(tmodel, config["n_layer"])
-    model = gpt(graphnn, **config)
-    model.load_state_dict({k: v.detach().numpy().copy()
-                           for k, v in tmodel.state_dict().items()})
+    tmodel, model = twin_models(config)
     ours, our_schedule = trainer(graphnn, model, args.accumulate)
     compiled = graphnn.compile(ours)
     theirs, their_schedule = trainer(torch, tmodel, args.accumulate)

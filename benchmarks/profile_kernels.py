@@ -161,10 +161,10 @@ def profile_function(train_step, args, repeat):
 
 def run_nanogpt(repeat, top, quick):
     """The whole training step of ``benchmarks/nanogpt.py`` (AdamW, clipping, its schedule's
-    learning rate as an input)."""
+    learning rate as an input), with the benchmark's weights."""
     import nanogpt
     config = nanogpt.QUICK if quick else nanogpt.FULL
-    model = nanogpt.gpt(graphnn, **config)
+    _, model = nanogpt.twin_models(config)  # the benchmark's weights (nanoGPT's initialisation)
     train_step, _ = nanogpt.trainer(graphnn, model, 1)
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, config["vocab_size"],
