@@ -7,8 +7,8 @@ their kernels, and times every statement of each kernel body (median over calls)
 statements that take the most time, with their op and Module path.
 
 ``--model nanogpt`` profiles ``benchmarks/nanogpt.py``'s whole training step instead (forward,
-backward, gradient clipping and AdamW in one kernel, as ``graphnn.compile(train_step)`` builds it;
-``--quick``: its tiny configuration).
+backward, gradient clipping and AdamW in one kernel, as ``graphnn.compile(train_step)`` builds it,
+on the benchmark's weights; ``--quick``: its tiny configuration).
 
 Usage: python benchmarks/profile_kernels.py [--repeat N] [--only mlp,cnn,transformer] [--top K]
                                             [--clock wall|cpu] [--model nanogpt [--quick]]
