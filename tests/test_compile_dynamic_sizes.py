@@ -264,6 +264,52 @@ def test_a_stage_that_names_no_size_symbol_runs_its_plain_kernel():
     assert compiled.compiles == 1
 
 
+def test_scratch_reuse_records_no_size_guard():
+    """Whether a dying operand's scratch array can hold a result is a question on two shapes
+    (a masked attention's mask and scores: (T, T) and (B, 1, T, T)), answered as sizes without
+    a guard; a tuple ``==`` on the symbols recorded ``s0 - s1 != 0`` in the generated module,
+    and a later call with those sizes equal failed it (fuzz seed 9013, program 1811088356)."""
+    def attend(x, mask):
+        scores = (x @ x.transpose(-2, -1)) * 0.5
+        return nn.functional.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ x
+
+    compiled = graphnn.compile(attend, dynamic=True)
+    rng = np.random.default_rng(13)
+    for b, t, e in ((4, 6, 5), (5, 5, 8), (3, 5, 5), (2, 7, 7)):
+        x = graphnn.from_numpy(rng.standard_normal((b, t, e))).requires_grad_()
+        xe = x.detach().clone().requires_grad_()
+        mask = graphnn.from_numpy(np.triu(np.ones((t, t), np.bool_), 1))
+        out = quietly(compiled, x, mask)
+        out.sum().backward()
+        expected = attend(xe, mask)
+        expected.sum().backward()
+        _assert_close(out, expected, f"{(b, t, e)}")
+        _assert_close(x.grad, xe.grad, f"{(b, t, e)} grad")
+    guards = [g.text for entry in _family(compiled).entries for g in entry.artifact.env.guards]
+    assert not any("!=" in g for g in guards), guards
+
+
+def test_a_cached_kernel_decided_at_other_sizes_is_generated_again(monkeypatch):
+    """A generator's decision on sizes is a guard its module carries (``GUARDS``), but the
+    cache key holds only the trace's guards: an entry compiled at sizes that break the first
+    entry's decision found that module in the cache, recorded its guard and failed its own call
+    (GuardError). It is generated again at its own sizes, under a key naming them."""
+    from graphnn.codegen.numpy import lowerings
+    negate, decided = lowerings.LOWERINGS["neg"], []
+
+    def deciding(node, args, ctx):  # a lowering that asks a question on two sizes
+        rows, cols = node.inputs[0].type.shape
+        decided.append(bool(rows == cols))
+        return negate(node, args, ctx)
+
+    monkeypatch.setitem(lowerings.LOWERINGS, "neg", deciding)
+    compiled = graphnn.compile(lambda x: -x, dynamic=True)
+    for shape in ((4, 6), (5, 5), (3, 7), (6, 6)):
+        x = graphnn.randn(*shape)
+        _assert_equal(quietly(compiled, x), -x, f"{shape}")
+    assert decided == [False, True] and compiled.compiles == 2
+
+
 OPTIMIZERS = {
     "sgd_momentum": lambda ps: graphnn.optim.SGD(ps, lr=0.05, momentum=0.9, dampening=0.1),
     "adam": lambda ps: graphnn.optim.Adam(ps, lr=1e-2),

@@ -17,7 +17,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..ir import debug_mode
-from ..ir.symbolic import Sym, graph_symbols
+from ..ir.symbolic import Guard, Sym, graph_symbols
 from ..ir.types import TensorType
 from . import cache, debug
 from .artifact import schedule_of
@@ -45,6 +45,14 @@ class UnboundSymbol(ValueError):
     call)."""
 
 
+def _decided_alike(kernel, hints: dict) -> bool:
+    """Whether the guards a generated module's generation recorded (its ``GUARDS``) hold at
+    the compiling call's sizes ``hints``: a cached module generated at other sizes may carry a
+    decision these sizes break (its key holds the trace's guards, not the generator's)."""
+    return all(Guard(poly, relation).holds(hints)
+               for poly, relation in kernel.__globals__.get("GUARDS", ()))
+
+
 class SymbolicArtifact:
     """One stage's kernel for every binding of its size symbols that satisfies ``guards``
     (an ``ir.symbolic.ShapeEnv``'s; see the module docstring). Same interface as
@@ -63,9 +71,13 @@ class SymbolicArtifact:
         self._readers = self._symbol_readers(sizes_given)
         # the guards so far are part of the key: a generator's decisions may rest on them (a
         # size a guard fixed), so a source is reused only under the same guards
-        known = ";".join(g.text for g in env.guards)
-        source, self._bind_kernel = cache.get_kernel(self.schedule, backend, plan,
-                                                     f"{options};guards={known}")
+        options = f"{options};guards={';'.join(g.text for g in env.guards)}"
+        source, self._bind_kernel = cache.get_kernel(self.schedule, backend, plan, options)
+        if not _decided_alike(self._bind_kernel, env.hints):
+            # a cache hit generated at other sizes, whose generator decided a question on them
+            # the other way: generated again at these sizes, under a key that names them
+            source, self._bind_kernel = cache.get_kernel(
+                self.schedule, backend, plan, f"{options};at={sorted(env.hints.items())}")
         # a graph that names no size symbol (a backward that reads none of the forward's
         # symbolic inputs, a graph whose every size a guard fixed) gets the generator's plain
         # ``kernel(inputs, params, buffers)``: the kernel of every binding

@@ -31,6 +31,7 @@ only elementwise as itself; otherwise it is a fresh array and the caller copies 
 from __future__ import annotations
 
 from graphnn.ir import get_op
+from graphnn.ir.symbolic import same_shape
 
 
 class Placement:
@@ -210,8 +211,9 @@ class Placement:
         """A scratch array of ``spec`` that an operand dying here alone occupies."""
         for v in value.producer.inputs:
             b = self.direct.get(v.name)
-            if isinstance(b, int) and self.specs[b] == spec and self.last[v.name] == step \
-                    and self.holders[b] == {v.name} and v.type == value.type:
+            if isinstance(b, int) and _same_spec(self.specs[b], spec) and \
+                    self.last[v.name] == step and self.holders[b] == {v.name} and \
+                    v.type == value.type:
                 return b
         return None
 
@@ -282,3 +284,9 @@ class Placement:
                 f"{', '.join(idents)}{',' if len(idents) == 1 else ''} = _scratch"]
         return header, body
 
+
+def _same_spec(a, b) -> bool:
+    """Whether scratch specs ``a`` and ``b`` (shape, dtype name) are one: symbolic sizes
+    compared as sizes (``same_shape``), so that the question records no guard (a tuple ``==``
+    on symbols would decide them equal or not for every later call)."""
+    return a[1] == b[1] and same_shape(a[0], b[0])
