@@ -468,7 +468,7 @@ def _index_put(node, args, ctx):
         return None
     (index,) = indices
     rows = node.attrs["dims"][0] % len(base.shape) == 0 and index.dtype.np.kind in "iu" and \
-        tuple(values.shape) == tuple(index.shape) + tuple(base.shape[1:])
+        same_shape(values.shape, tuple(index.shape) + tuple(base.shape[1:]))
     if not rows or base.dtype != values.dtype or _dtype_name(node.inputs[0]) not in FLOAT_GEMM:
         return None
     return f"_rt.index_add_rows({args[0]}, {args[1]}, {args[2]}{ctx.out_arg(node)})"
