@@ -41,8 +41,6 @@ from graphnn.ir.ops.pool import has_outside_windows
 from graphnn.ir.ops.shape_rules import normalize_dims
 from graphnn.ir.symbolic import same_shape, same_size
 
-from .gelu import lower_gelu_and_derivative
-
 
 @dataclass
 class Lowered:
@@ -164,6 +162,16 @@ def _erf(node, args, ctx):
     if not _float_in(node):
         return None
     return f"_rt.erf({args[0]}{ctx.out_arg(node)})"
+
+
+def _gelu_and_derivative(node, args, ctx):
+    """The reference's blocked routine writing both results into kernel buffers (never over
+    x, which it reads again after writing a block's results), float32/float64; float16 and
+    bfloat16 take the generic reference call (computed in float32)."""
+    if _dtype_name(node.inputs[0]) not in FLOAT_GEMM:
+        return None
+    return f"_rt.gelu_and_derivative({args[0]}{ctx.out_arg(node)}" \
+           f"{ctx.out_arg(node, result=1, name='out_derivative')})"
 
 
 def _pow(node, args, ctx):
@@ -547,7 +555,7 @@ LOWERINGS.update({
     "scatter_add": _scatter_add, "index_put": _index_put, "cat": _cat,
     "scaled_dot_product_attention": _attention,
     "layer_norm": _layer_norm, "layer_norm_backward": _layer_norm_backward,
-    "gelu_and_derivative": lower_gelu_and_derivative,
+    "gelu_and_derivative": _gelu_and_derivative,
 })
 
 
