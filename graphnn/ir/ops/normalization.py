@@ -37,6 +37,7 @@ from ..registry import Attr, OpDef, OpGroup, register
 from ..symbolic import same_shape
 from ..types import TensorType
 from .compute import as_dtype, upcast
+from .reductions import ones_vector
 from .replay import grad_by_decomposition
 from .shape_rules import fmt_shape
 
@@ -83,7 +84,7 @@ def layer_norm_rows(x, weight=None, bias=None, *, normalized_dims, eps, out=None
     rows = _as_rows(x, normalized_dims, ct)
     count = ct.type(rows.shape[1])
     centered = _target(out if weight is None else out_normalized, rows.shape, ct)
-    mean = np.true_divide(rows @ np.ones(rows.shape[1], ct), count)
+    mean = np.true_divide(rows @ ones_vector(rows.shape[1], ct), count)
     np.subtract(rows, mean[:, None], out=centered)
     var = np.true_divide(_row_dot(centered, centered), count)
     np.add(var, ct.type(eps), out=var)
@@ -114,9 +115,9 @@ def layer_norm_backward_rows(g, normalized, rstd, weight=None, *, normalized_dim
     count = ct.type(grad.shape[1])
     dx = _target(out, grad.shape, ct)
     dweight = dbias = None
-    leading = np.ones(grad.shape[0], ct)
+    leading = ones_vector(grad.shape[0], ct)
     if weight is None:
-        mean = np.true_divide(grad @ np.ones(grad.shape[1], ct), count)
+        mean = np.true_divide(grad @ ones_vector(grad.shape[1], ct), count)
         projection = np.true_divide(_row_dot(grad, norm), count)
         if affine:
             dweight, dbias = leading @ (grad * norm), leading @ grad

@@ -112,9 +112,9 @@ def float_sum(x, axis, keepdims, out=None):
         tuple(n for i, n in enumerate(shape) if i not in axis)
     target = out.reshape(-1) if out is not None and out.flags.c_contiguous else None
     if lead:
-        total = np.matmul(_ones(rows, x.dtype), x, out=target)
+        total = np.matmul(ones_vector(rows, x.dtype), x, out=target)
     else:
-        total = np.matmul(x, _ones(x.shape[1], x.dtype), out=target)
+        total = np.matmul(x, ones_vector(x.shape[1], x.dtype), out=target)
     if out is None:
         return total.reshape(kept)
     if target is None:
@@ -123,7 +123,9 @@ def float_sum(x, axis, keepdims, out=None):
 
 
 @functools.lru_cache(maxsize=64)
-def _ones(n: int, dtype) -> np.ndarray:
+def ones_vector(n: int, dtype) -> np.ndarray:
+    """A read-only vector of ``n`` ones of ``dtype`` (cached): the other operand of a gemv
+    that sums rows or columns."""
     ones = np.ones(n, dtype)
     ones.flags.writeable = False
     return ones
