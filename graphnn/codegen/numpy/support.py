@@ -486,10 +486,10 @@ def softmax(x, dim, out=None, keep=None, fill=None):
     reference's order of operations: x - max, exp, / sum; the sums are the reference's
     ``float_sum`` over the whole array (a gemv's row sums depend on the rows beside them), the
     rest split over the threads along the leading dim when ``dim`` is another. With ``keep``
-    (bool, broadcast to ``x``'s shape) and
-    ``fill`` (0-d, ``x``'s dtype): the softmax of ``where(keep, x, fill)`` (a masked
-    attention's scores), the select written into ``out`` as ``where`` computes it: the same
-    values bit for bit, without a pass over an array of its own."""
+    (bool, broadcast to ``x``'s shape) and ``fill`` (0-d, ``x``'s dtype): the softmax of
+    ``where(keep, x, fill)`` (a masked attention's scores), the select written into ``out`` as
+    ``where`` computes it: the same values bit for bit, without a pass over an array of its
+    own."""
     d = dim % x.ndim
     if out is None:
         out = np.empty_like(x)
