@@ -44,13 +44,23 @@ def _kernels(paths):
                 yield path, name, fn, signature, constexprs, options
 
 
+# float32 division and square root the compiler approximates (``/`` and ``tl.sqrt``; the
+# latter flushes subnormals to 0): generated code uses tl.div_rn and tl.sqrt_rn (ops.divide,
+# ops.square_root), whose PTX is div.rn.f32 and sqrt.rn.f32
+APPROXIMATE = re.compile(r"\b(div\.(approx|full)(\.ftz)?\.f32|sqrt\.approx(\.ftz)?\.f32|"
+                         r"rsqrt\.approx(\.ftz)?\.f32)\b")
+
+
 def _compile(path, name, fn, signature, constexprs, options) -> None:
-    """Compile one kernel for sm80 (and sm90 where ``path`` says so); check the PTX's target
-    and, where the launch options set warps, its thread count."""
+    """Compile one kernel for sm80 (and sm90 where ``path`` says so); check the PTX's target,
+    that it divides and takes square roots correctly rounded, and, where the launch options set
+    warps, its thread count."""
     for arch in (80, 90) if "sm90" in path else (80,):
         ptx = compile(ASTSource(fn, signature, constexprs),
                       target=GPUTarget("cuda", arch, 32), options=options).asm["ptx"]
         assert f".target sm_{arch}" in ptx, (path, name, arch)
+        approximate = APPROXIMATE.search(ptx)
+        assert approximate is None, (path, name, arch, approximate and approximate.group(0))
         if "num_warps" in options:  # the warps reached the compiler
             assert re.search(rf"\.(req|max)ntid {32 * options['num_warps']}\b", ptx), \
                 (path, name, options)

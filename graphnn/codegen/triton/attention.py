@@ -57,7 +57,7 @@ from graphnn.ir.ops.attention_backward import BACKWARD, STATS
 from .gemm import dot_precision
 from .kernels import (INT32_LIMIT, Blocks, KernelBody, Launch, aligned_strides, launch_of,
                       next_pow2)
-from .ops import ROUNDED, Unlowered, compute, number
+from .ops import ROUNDED, Unlowered, compute, divide, number
 from .random import uniform  # the rand kernel's uniform numbers
 
 
@@ -295,7 +295,7 @@ def forward(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     body.indent -= 1
     safe = node.attrs["safe_softmax"] or ops.s == 0
     empty = "acc" if safe else 'float("nan")'  # acc: the zero probabilities times v
-    body.emit(f"o = tl.where((l_i == 0)[:, None], {empty}, acc / l_i[:, None])")
+    body.emit(f"o = tl.where((l_i == 0)[:, None], {empty}, {divide('acc', 'l_i[:, None]', acc_type)})")
     body.store("out0", ops.offset(out, "rows[:, None]", "dv[None, :]"), "o",
                "rmask[:, None] & emask[None, :]", out.type.dtype)
     return launch_of(name, unit, body, programs if out.type.numel else 0, sizes)

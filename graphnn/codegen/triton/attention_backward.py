@@ -39,7 +39,7 @@ from .attention import (NINF, Operands, block_sizes, check, dot_operand, head_ra
                         key_loop, online_softmax_init, online_softmax_step, query_program)
 from .gemm import dot_precision
 from .kernels import Blocks, KernelBody, Launch, launch_of
-from .ops import Unlowered, number
+from .ops import Unlowered, divide, number
 
 
 def _safe(node) -> bool:
@@ -79,7 +79,8 @@ def stats(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     body.emit("m_i = m_new")
     body.indent -= 1
     empty = "c_i" if _safe(node) or ops.s == 0 else 'float("nan")'  # c_i: 0, or NaN
-    results = ("m_i + tl.log(l_i)", f"tl.where(l_i == 0, {empty}, c_i / l_i)")  # lse, delta
+    results = ("m_i + tl.log(l_i)",  # lse, delta
+               f"tl.where(l_i == 0, {empty}, {divide('c_i', 'l_i', acc_type)})")
     for value, expr in zip(node.outputs, results):
         pointer = _pointer(unit, value)
         if pointer is not None:

@@ -29,7 +29,7 @@ import numpy as np
 from graphnn.ir.ops.shape_rules import normalize_dims
 from graphnn.ir.registry import OpGroup, get_op
 
-from .ops import ROUNDED, Unlowered, compute, lower
+from .ops import ROUNDED, Unlowered, compute, divide, lower, square_root
 from ..source_text import comment_text
 
 PIVOTS = frozenset({"sum", "mean", "amax", "amin", "var", "std", "softmax", "log_softmax"})
@@ -502,7 +502,7 @@ def _pivot_result(r: _Reduction) -> str | None:
         # a float sum of all -0.0 is +0.0 in the reference (NumPy's sums start at +0.0), which
         # + 0.0 gives where no lane is masked: a GPU's tree of adds keeps -0.0 there
         total = "(red_s + 0.0)" if is_float else "red_s"
-        return total if op == "sum" else f"{total} / {cols!r}"
+        return total if op == "sum" else divide(total, repr(cols), r.acc_type)
     if op in ("amax", "amin"):
         kind = "max" if op == "amax" else "min"
         if not is_float:  # integers (bools as int8): the dtype's extreme is neutral
@@ -521,12 +521,12 @@ def _pivot_result(r: _Reduction) -> str | None:
         if not is_float:
             raise Unlowered(f"{op} of integers")
         r.reduce([_Acc("red_s", _masked, "sum", "0")])
-        r.body.emit(f"red_mean = red_s / {cols!r}")
+        r.body.emit(f"red_mean = {divide('red_s', repr(cols), r.acc_type)}")
         r.reduce([_Acc("red_q", lambda v: _masked(f"({v} - red_mean[:, None]) * "
                                                f"({v} - red_mean[:, None])"), "sum", "0")])
         denominator = float(max(r.cols - r.pivot.attrs.get("correction", 1), 0))
-        var = f"red_q / {denominator!r}"
-        return var if op == "var" else f"tl.sqrt({var})"
+        var = divide("red_q", repr(denominator), r.acc_type)
+        return var if op == "var" else square_root(var, r.acc_type)
     if op in ("softmax", "log_softmax"):
         if not is_float:
             raise Unlowered(f"{op} of integers")
@@ -539,7 +539,7 @@ def _pivot_result(r: _Reduction) -> str | None:
 
 def _normalized(r: _Reduction, v: str) -> str:
     if r.pivot.op == "softmax":
-        return f"tl.exp({v} - red_m[:, None]) / red_s[:, None]"
+        return divide(f"tl.exp({v} - red_m[:, None])", "red_s[:, None]", r.acc_type)
     return f"{v} - red_m[:, None] - tl.log(red_s)[:, None]"
 
 

@@ -24,6 +24,14 @@ which the compiled code keeps as the bits 0x80000000). 3.6's interpreter also co
 contracts products and sums into fmas, which breaks error-free sums, so the GPU form of a
 kernel holding pow's double-double powering asks for ``enable_fp_fusion=False`` through
 ``em.options``.
+
+Division and square root are ``divide`` and ``square_root`` (``tl.div_rn``, ``tl.sqrt_rn``),
+correctly rounded as the reference's: the compiler turns a float32 ``/`` into an approximate
+division (``div.full.f32``, or ``div.approx.f32``, which is 0 for divisors above 2**126) and
+``tl.sqrt`` into ``sqrt.approx.ftz.f32``, which flushes subnormal inputs to 0 (so 1 / sqrt of
+one is inf), while the interpreter computes both exactly. ``tl.exp`` and ``tl.log`` stay
+approximate on a GPU (``ex2.approx``, ``lg2.approx``: libdevice, their precise form, does not
+run under the interpreter).
 """
 from __future__ import annotations
 
@@ -53,6 +61,19 @@ def compute(dtype: DType) -> str:
 NEGATIVE_ZERO = "tl.full([], -2147483648, tl.int32).to(tl.float32, bitcast=True)"
 """-0.0 as a float32 scalar computed from its bits: Triton 3.6 turns a ``-0.0`` constant into
 +0.0 (see the module docstring)."""
+
+
+def divide(a: str, b: str, dtype: str) -> str:
+    """``a / b`` computed in the float ``dtype`` (``tl.float32`` or ``tl.float64``, which the
+    operands already have, or Python numbers), correctly rounded on a GPU too (see the module
+    docstring; float64's ``/`` compiles to div.rn.f64, and ``tl.div_rn`` takes float32 only)."""
+    return f"(({a}) / ({b}))" if dtype == "tl.float64" else f"tl.div_rn({a}, {b})"
+
+
+def square_root(x: str, dtype: str) -> str:
+    """The square root of ``x`` computed in the float ``dtype``, correctly rounded (subnormals
+    kept) on a GPU too (float64's ``tl.sqrt`` is sqrt.rn.f64; ``tl.sqrt_rn`` is float32's)."""
+    return f"tl.sqrt({x})" if dtype == "tl.float64" else f"tl.sqrt_rn({x})"
 
 
 def negated(x: str) -> str:
@@ -131,7 +152,7 @@ def _div(node, args, em):
     if out not in ("tl.float32", "tl.float64"):
         raise Unlowered("integer division")
     a, b = _operands(node, args, em, out)
-    return f"({a} / {b})"
+    return divide(a, b, out)
 
 
 def _float_unary(template):
@@ -172,7 +193,8 @@ def _gelu(node, args, em):
     if node.attrs.get("approximate", "none") == "tanh":
         inner = em.tmp(f"0.7978845608028654 * ({x} + 0.044715 * ({x} * {x} * {x}))")
         return f"0.5 * {x} * (1.0 + {em.tmp(_tanh(inner, out, em))})"
-    return f"0.5 * {x} * (1.0 + tl.erf({x} / 1.4142135623730951))"  # as the reference rounds
+    # the division as the reference rounds it
+    return f"0.5 * {x} * (1.0 + tl.erf({divide(x, '1.4142135623730951', out)}))"
 
 
 def _extremum(fn):
@@ -240,8 +262,11 @@ def known_scalar(value):
     return None
 
 
-_POWERS = {1.0: "{x}", 2.0: "({x} * {x})", 3.0: "({x} * {x} * {x})", 0.5: "tl.sqrt({x})",
-           -1.0: "(1.0 / {x})", -0.5: "(1.0 / tl.sqrt({x}))"}
+# x ** e for a known exponent e: the expression of the variable x in the compute dtype out
+_POWERS = {1.0: lambda x, out: x, 2.0: lambda x, out: f"({x} * {x})",
+           3.0: lambda x, out: f"({x} * {x} * {x})", 0.5: lambda x, out: square_root(x, out),
+           -1.0: lambda x, out: divide("1.0", x, out),
+           -0.5: lambda x, out: divide("1.0", square_root(x, out), out)}
 
 
 def _integer_power(a: str, e: str, em) -> str:
@@ -330,7 +355,7 @@ def _pow(node, args, em):
     exponent = known_scalar(node.inputs[1])
     x, y = _operands(node, args, em, out)
     if exponent is not None and float(exponent) in _POWERS:
-        return _POWERS[float(exponent)].format(x=em.tmp(x))
+        return _POWERS[float(exponent)](em.tmp(x), out)
     return _float_pow(em.tmp(x), em.tmp(y), out, em)
 
 
@@ -366,12 +391,12 @@ TABLE = {
     "neg": _neg, "abs": _abs, "sign": _sign,
     "exp": _float_unary(lambda x, out, em: f"tl.exp({x})"),
     "log": _float_unary(lambda x, out, em: f"tl.log({x})"),
-    "sqrt": _float_unary(lambda x, out, em: f"tl.sqrt({x})"),
-    "rsqrt": _float_unary(lambda x, out, em: f"(1.0 / tl.sqrt({x}))"),
+    "sqrt": _float_unary(lambda x, out, em: square_root(x, out)),
+    "rsqrt": _float_unary(lambda x, out, em: divide("1.0", square_root(x, out), out)),
     "erf": _float_unary(lambda x, out, em: f"tl.erf({x})"),
     "sin": _float_unary(lambda x, out, em: f"tl.sin({x})"),
     "cos": _float_unary(lambda x, out, em: f"tl.cos({x})"),
-    "sigmoid": _float_unary(lambda x, out, em: f"(1.0 / (1.0 + tl.exp(-{x})))"),
+    "sigmoid": _float_unary(lambda x, out, em: divide("1.0", f"1.0 + tl.exp(-{x})", out)),
     "tanh": _float_unary(_tanh), "gelu": _gelu, "relu": _relu, "clamp": _clamp,
     "maximum": _extremum("maximum"), "minimum": _extremum("minimum"),
     "eq": _compare("=="), "ne": _compare("!="), "lt": _compare("<"), "le": _compare("<="),

@@ -27,7 +27,7 @@ from __future__ import annotations
 from graphnn.ir.dtypes import finfo
 
 from .kernels import Blocks, KernelBody, Launch, launch_of, next_pow2
-from .ops import Unlowered, compute
+from .ops import Unlowered, compute, square_root
 
 RANDOM_OPS = frozenset({"rand", "randn", "randint"})
 _TWO_PI = 6.283185307179586
@@ -54,7 +54,7 @@ def _value(body, node) -> str:
         wide = dtype.name == "float64"
         u1 = uniform(body, ["r0", "r1"] if wide else ["r0"], dtype)
         u2 = uniform(body, ["r2", "r3"] if wide else ["r1"], dtype)
-        radius = body.tmp(f"tl.sqrt(-2.0 * tl.log(1.0 - {u1}))")
+        radius = body.tmp(square_root(f"-2.0 * tl.log(1.0 - {u1})", compute(dtype)))
         return body.tmp(f"{radius} * tl.cos({_TWO_PI!r} * {u2})")
     span = attrs["high"] - attrs["low"]
     if span >= 2 ** 63:
