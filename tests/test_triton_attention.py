@@ -108,6 +108,10 @@ CASES = [
      {"causal": True}, lambda rng: rng.standard_normal((1, 2, 20, 37))),
     ("float mask per key, GQA", (1, 4, 17, 128), (1, 2, 19, 128), 128, {"kv_groups": 2},
      lambda rng: rng.standard_normal((1, 1, 1, 19))),
+    # size-1 dims broadcast (stride 0) yet each load's pointer is a full block (fuzz seed 9101)
+    ("one query and one key, causal, D=2", (3, 2, 1, 2), (3, 2, 1, 2), 2, {"causal": True}, None),
+    ("one key, hidden in one batch entry", (2, 2, 7, 16), (2, 2, 1, 16), 16, {},
+     lambda rng: np.array([True, False]).reshape(2, 1, 1, 1)),
 ]
 
 

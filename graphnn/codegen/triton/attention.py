@@ -100,7 +100,9 @@ class Operands:
 
     def offset(self, value, rows: str, cols: str, grouped: bool = False) -> str:
         """The offsets of ``value``'s elements at ``rows`` x ``cols`` (block expressions
-        broadcasting against each other) of the program's batch entry."""
+        broadcasting against each other) of the program's batch entry: a block of their
+        broadcast shape, also where ``value`` broadcasts along them (stride 0: a size-1 dim),
+        since a load's pointer block must have its mask's shape."""
         strides = self.strides(value, grouped)
         head = len(self.batch) - 1
         terms = []
@@ -110,9 +112,8 @@ class Operands:
                     self.groups > 1 else f"b{d}"
                 terms.append(f"{index} * {stride}")
         for index, stride in ((rows, strides[-2]), (cols, strides[-1])):
-            if stride:
-                terms.append(index if stride == 1 else f"{index} * {stride}")
-        return " + ".join(terms) or "0"
+            terms.append(index if stride == 1 else f"{index} * {stride}")
+        return " + ".join(terms)
 
     def row_offset(self, value, rows: str) -> str:
         """The offsets of a per-row value (the scores' batch dims and T) at ``rows``."""
