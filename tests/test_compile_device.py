@@ -132,3 +132,30 @@ def test_model_compile_trains_on_the_device_as_on_the_cpu(loss_inside):
             np.testing.assert_allclose(p.detach().cpu().numpy(), q.detach().numpy(),
                                        rtol=1e-5, atol=1e-6, err_msg=f"step {i}")
     assert model.forward.compiles == 1
+
+
+def test_moves_inside_a_traced_function_keep_its_values_symbolic():
+    """A trace records every result as a CPU tensor, so an embedding on cuda moves its traced
+    indices to its weight's device (as it moves CPU indices eagerly): the move stands for the
+    same graph value, nothing is read, and the function compiles (it ran eagerly, unable to
+    read the indices); values and gradients equal eager ones."""
+    graphnn.manual_seed(0)
+    emb = nn.Embedding(11, 4).cuda()
+    idx = graphnn.tensor(np.random.default_rng(0).integers(0, 11, (3, 5))).cuda()
+    x = graphnn.randn(3, 5, 4).cuda()
+
+    def f(i, x):
+        return (emb(i) * x).sum(), emb(i.cpu()).amax()
+
+    compiled = graphnn.compile(f)
+    got = _quietly(compiled, idx, x)
+    got[0].backward()
+    grad, emb.weight.grad = emb.weight.grad.cpu().numpy(), None
+    want = f(idx, x)
+    want[0].backward()
+    assert compiled.compiles == 1
+    for g, w in zip(got, want):
+        assert g.device == w.device == CUDA
+        np.testing.assert_allclose(g.detach().cpu().numpy(), w.detach().cpu().numpy(),
+                                   rtol=1e-6)
+    np.testing.assert_allclose(grad, emb.weight.grad.cpu().numpy(), rtol=1e-6)

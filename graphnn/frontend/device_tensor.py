@@ -166,14 +166,28 @@ def set_storage(t, array, where) -> None:
 def move(t, where):
     """``t`` on device ``where`` (a resolved device): ``t`` itself when it is there, else a
     copy; a recorded one (``ToCopyBackward``: the gradient moves back) when ``t`` requires
-    grad and grad mode is on."""
+    grad and grad mode is on. While tracing, a tensor whose values are unknown moves as its
+    graph value: the copy stands for the same value (see ``_alias``)."""
     source = t.device
     if source == where:
         return t
-    out = _copy(t, source, where)
+    out = _alias(t, source, where) if trace_state.is_symbolic(t) else _copy(t, source, where)
     if t.requires_grad and is_grad_enabled():
         compiled_node.attach([out], [t], lambda grads: [
             None if grads[0] is None else move(grads[0], source)], "ToCopyBackward")
+    return out
+
+
+def _alias(t, source, where):
+    """While tracing, ``t`` (symbolic: an input, state, or a result) on ``where``: a tensor of
+    that device standing for ``t``'s graph value. A graph is device-agnostic (a compiled call
+    runs it where its arrays are, and a trace records every result as a CPU tensor), so a
+    move records nothing; an embedding's indices moved to its weight's device, say, stay the
+    traced input. The alias holds ``t``'s placeholder values, never read."""
+    from .tensor import Tensor
+    holder = np.ascontiguousarray(trace_state.placeholder(trace_state.active().symbol(t).type))
+    out = _copy(Tensor._wrap(holder), CPU, where) if source == CPU else Tensor._wrap(holder)
+    trace_state.share_symbol(t, out)
     return out
 
 
