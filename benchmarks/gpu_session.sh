@@ -7,6 +7,7 @@
 #   bench        benchmarks/gpu_bench.py without the train steps (BENCH_S=270)
 #   train        benchmarks/gpu_bench.py --only train (TRAIN_S=300)
 #   conformance  tests/test_backend_conformance.py -k triton (CONFORMANCE_S=120)
+#   nanogpt      benchmarks/nanogpt.py --device cuda: issue 15's step on the GPU (NANOGPT_S=240)
 # At most 8 files come back from a device call: the default phases write 6 (env, logs,
 # failures), so add at most one more phase to them.
 # Logs go to $OUT (the device tool's folder; ./gpu-out elsewhere). Each failure's traceback is
@@ -49,6 +50,9 @@ for phase in "${@:-tests bench conformance}"; do
              echo "train: done at $(elapsed)"; grep -v "^W1\|^  " "$OUT/train.log" ;;
       conformance) run_tests conformance "${CONFORMANCE_S:-120}" \
                tests/test_backend_conformance.py -k triton ;;
+      nanogpt) timeout "${NANOGPT_S:-240}" python3 benchmarks/nanogpt.py --device cuda \
+               > "$OUT/nanogpt.log" 2>&1
+             echo "nanogpt: done at $(elapsed)"; cat "$OUT/nanogpt.log" ;;
       *) echo "unknown phase $p"; exit 2 ;;
     esac
   done

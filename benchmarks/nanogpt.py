@@ -27,8 +27,14 @@ largest loss difference between the two libraries over the run (the same batches
 the wall clock: waiting for a core on a busy machine does not count, so with ``--threads 1`` the
 ratio is steadier there (with more threads it adds up the threads' times).
 
+``--device cuda`` trains both on the GPU: graphnn's step compiled with the Triton backend (its
+kernels compiled and, for GEMMs, autotuned at the first call), PyTorch eager with its CUDA
+kernels; each timed step ends with a device synchronisation, on the wall clock. Without a GPU,
+under Triton's interpreter (``TRITON_INTERPRET=1``: graphnn's cuda is then the CPU), graphnn's
+side runs too, slowly, beside PyTorch on the CPU: a check of the losses, not a timing.
+
 Usage: python benchmarks/nanogpt.py [--steps N] [--accumulate N] [--quick] [--threads N]
-                                    [--clock wall|cpu]
+                                    [--clock wall|cpu] [--device cpu|cuda]
 
 ``--quick`` is a tiny configuration (2 layers, 32-dim, block 16, batch 4) for tests.
 """
@@ -185,7 +191,11 @@ def main(argv=None):
                    help="threads for NumPy's BLAS, graphnn's kernels and PyTorch")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="time steps by the wall clock or by the process's CPU time")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="train both libraries on this device")
     args = p.parse_args(argv)
+    if args.device == "cuda" and args.clock == "cpu":
+        p.error("--device cuda times the wall clock (the GPU's work is no CPU time)")
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -195,13 +205,19 @@ def main(argv=None):
     shape = (STEPS, config["batch_size"], config["block_size"] + 1)
     tokens = rng.integers(0, config["vocab_size"], shape)
     tmodel, model = twin_models(config)
+    their_device = args.device if torch.cuda.is_available() else "cpu"
+    tmodel.to(their_device)
+    model.to(args.device)
     ours, our_schedule = trainer(graphnn, model, args.accumulate)
     compiled = graphnn.compile(ours)
     theirs, their_schedule = trainer(torch, tmodel, args.accumulate)
     runs = {"graphnn whole step": (compiled, our_schedule, graphnn),
             "torch eager": (theirs, their_schedule, torch)}
-    batches = {lib: [(lib.tensor(t[:, :-1]), lib.tensor(t[:, 1:])) for t in tokens]
-               for lib in (graphnn, torch)}
+    devices = {graphnn: args.device, torch: their_device}
+    batches = {lib: [tuple(lib.tensor(part).to(devices[lib]) for part in (t[:, :-1], t[:, 1:]))
+                     for t in tokens] for lib in (graphnn, torch)}
+    # graphnn's cuda arrays are torch tensors: one synchronisation waits for either library
+    sync = torch.cuda.synchronize if their_device == "cuda" else (lambda: None)
     losses = {label: [] for label in runs}
     times = {label: [] for label in runs}
 
@@ -209,6 +225,7 @@ def main(argv=None):
         step, schedule, lib = runs[label]
         start = clock()
         loss = step(*batches[lib][i])
+        sync()
         elapsed = clock() - start
         schedule.step()
         losses[label].append(float(loss))
@@ -233,7 +250,7 @@ def main(argv=None):
     print(f"{os.cpu_count()} cores; torch threads {torch.get_num_threads()}; load average "
           f"{os.getloadavg()[0]:.2f} (a shared machine: numbers are indicative); "
           f"{'CPU time' if args.clock == 'cpu' else 'wall clock'}")
-    print(f"nanoGPT {config['n_layer']} layers, {config['n_head']} heads, "
+    print(f"nanoGPT on {args.device}, {config['n_layer']} layers, {config['n_head']} heads, "
           f"{config['n_embd']}-dim, block {config['block_size']}, batch "
           f"{config['batch_size']} ({args.accumulate} micro-batch"
           f"{'es' if args.accumulate > 1 else ''}), AdamW + warmup/cosine LambdaLR + "
