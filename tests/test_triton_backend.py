@@ -291,6 +291,30 @@ def test_layer_norm_softmax_block_matches_torch_and_numpy(backend):
     np.testing.assert_allclose(got, numpy_got, rtol=1e-5, atol=1e-6)
 
 
+def test_a_cat_of_its_own_runs_on_the_device(isolated_cache):
+    """A ``cat`` kernel (attention's q, k, v gradients joined, say) is ``torch.cat`` on the
+    device, not a download, a host concatenation and an upload: mixed dtypes promoted as the
+    reference promotes them, values and gradients equal to the NumPy backend's, no host op."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    b = rng.integers(-5, 5, (2, 2, 4)).astype(np.int32)
+    c = rng.standard_normal((2, 1, 4)).astype(np.float32)
+
+    def f(a, b, c):
+        return graphnn.cat([a.tanh(), b, c * 2], 1).sum(-1)
+
+    results = {}
+    for backend in ("triton", "numpy"):
+        ta, tc = (graphnn.from_numpy(x.copy()).requires_grad_() for x in (a, c))
+        out = graphnn.compile(f, backend=backend)(ta, graphnn.from_numpy(b), tc)
+        out.backward(graphnn.ones_like(out))
+        results[backend] = [out.detach().numpy(), ta.grad.numpy(), tc.grad.numpy()]
+    assert "cat" not in _host_ops(_sources(isolated_cache))
+    assert "_rt.cat((" in _sources(isolated_cache)
+    for got, want in zip(*results.values()):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
 # ---- the device ----------------------------------------------------------------------------------
 
 def test_device_copies_and_owners():

@@ -10,7 +10,8 @@ device tensors:
 - templated kernels: a fresh output tensor per write, the launch's index checks, then one
   launch;
 - views (reshape, permute, expand, slice): the torch view of the tensor (a kernel reading one
-  gets it made contiguous); ``full``: ``torch.full`` on the device;
+  gets it made contiguous); ``full``: ``torch.full`` on the device; a ``cat`` of its own:
+  ``torch.cat`` on the device (a copy, in the reference's promoted dtype);
 - everything else (a kernel with an op no template lowers): EXTERN, the op's registry
   implementation on host arrays (download, run, upload).
 
@@ -135,6 +136,13 @@ class _Module:
         if unit.kind is KernelKind.POINTWISE and unit.nodes[0].op == "full":
             out = unit.nodes[0].outputs[0]
             self.emit(f"{self.name(out)} = {_fill(unit.nodes[0])}", out)
+            return
+        if unit.kind is KernelKind.POINTWISE and [n.op for n in unit.nodes] == ["cat"]:
+            node = unit.nodes[0]
+            out = node.outputs[0]
+            parts = "".join(f"{self.name(v)}, " for v in node.inputs)
+            self.emit(f"{self.name(out)} = _rt.cat(({parts}), {int(node.attrs['dim'])}, "
+                      f"{out.type.dtype.name!r})", out)
             return
         make = TEMPLATES.get(unit.kind)
         if make is not None:

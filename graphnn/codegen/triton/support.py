@@ -68,6 +68,13 @@ def full(shape: tuple, value, dtype_name: str):
                       device=DEVICE.place())
 
 
+def cat(parts: tuple, dim: int, dtype_name: str):
+    """The device tensors ``parts`` concatenated along ``dim`` into a new one of the dtype
+    ``dtype_name`` (each converted first, as the reference converts to the promoted dtype)."""
+    dtype = torch_dtype(as_dtype(dtype_name))
+    return torch.cat([p.to(dtype) for p in parts], dim)
+
+
 def check_indices(index, size: int, op: str, dim: int) -> None:
     """Raise the reference's ``IndexError`` when the device tensor ``index`` holds a value
     outside ``[-size, size)`` (indices into a dim ``dim`` of that size): reads its two
