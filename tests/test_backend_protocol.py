@@ -77,7 +77,7 @@ def test_a_kernel_with_symbolic_sizes_is_imported_once_and_bound_per_size():
     np.testing.assert_array_equal(artifact.run([x], {}), x + x)
 
 
-def test_a_broken_generated_module_is_deleted_and_its_error_raised(tmp_path):
+def test_a_broken_generated_module_is_deleted_and_its_error_raised():
     backend = dataclasses.replace(get_backend("numpy"), version="broken-1",
                                   generate=lambda graph, plan=None, kernel_id=None: "kernel(\n")
     with pytest.raises(SyntaxError):
