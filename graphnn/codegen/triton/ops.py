@@ -29,9 +29,10 @@ Division and square root are ``divide`` and ``square_root`` (``tl.div_rn``, ``tl
 correctly rounded as the reference's: the compiler turns a float32 ``/`` into an approximate
 division (``div.full.f32``, or ``div.approx.f32``, which is 0 for divisors above 2**126) and
 ``tl.sqrt`` into ``sqrt.approx.ftz.f32``, which flushes subnormal inputs to 0 (so 1 / sqrt of
-one is inf), while the interpreter computes both exactly. ``tl.exp`` and ``tl.log`` stay
-approximate on a GPU (``ex2.approx``, ``lg2.approx``: libdevice, their precise form, does not
-run under the interpreter).
+one is inf), while the interpreter computes both exactly. ``tl.exp`` stays approximate on a
+GPU (the argument times log2(e), then ``ex2.approx.f32``: a few ulps, more where a large
+argument amplifies the product's rounding); ``tl.log`` compiles to libdevice's ``logf``
+(Triton 3.6 and 3.9).
 """
 from __future__ import annotations
 
