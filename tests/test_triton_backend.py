@@ -217,6 +217,41 @@ def test_matmul_epilogue_every_combination(bias, residual, activation, dtype, is
                 dtype)
 
 
+@pytest.mark.parametrize("m, k, n, masks", [(272, 48, 40, {"cmask"}), (256, 32, 48, set()),
+                                             (250, 40, 32, {"rmask", "kmask"}),
+                                             (100, 16, 40, {"rmask", "cmask"})])
+def test_matmul_tile_order_and_the_masks_it_needs(m, k, n, masks, isolated_cache):
+    """With more than ``GROUP_M`` row tiles (of 16, the small blocks) the programs walk groups
+    of row tiles column by column (272 rows: groups of 8, 8 and 1 row tiles); a dim that is a
+    multiple of its block has no mask. Results equal PyTorch's and the NumPy backend's."""
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), \
+        rng.standard_normal((k, n)).astype(np.float32)
+    expected = torch.from_numpy(a).double() @ torch.from_numpy(b).double()
+    _check_gemm("matmul", {}, [a, b], expected, isolated_cache, np.float32)
+    source = _sources(isolated_cache)
+    assert {name for name in ("rmask", "cmask", "kmask") if f"{name} = " in source} == masks
+    assert ("rows_in_group" in source) == (m > 16 * 8)
+
+
+def test_grouped_unmasked_gemms_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
+    """The GPU form of GEMMs in grouped tile order, with no masks and with some, in float32
+    and bfloat16 with the default blocks, compiles for sm80 and sm90."""
+    paths = []
+    for k, (m, kk, n, dtype) in enumerate([(1024, 256, 512, np.float32),
+                                           (1000, 250, 512, np.float32),
+                                           (4096, 512, 256, graphnn.bfloat16.np)]):
+        graph = graphnn.trace(lambda a, b: a @ b, graphnn.tensor(np.zeros((m, kk), dtype)),
+                              graphnn.tensor(np.zeros((kk, n), dtype)))
+        stage = stages.build(graph, "inference", BACKEND).stages["inference"]
+        source = generate(stage.schedule, stage.plan, interpreter_form=False)
+        assert "rows_in_group" in source
+        path = tmp_path / f"gemm{k}_sm90.py"
+        path.write_text(source)
+        paths.append(str(path))
+    assert compile_ahead_of_time(paths) >= 2
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
 def test_matmul_propagates_nan_and_inf(dtype, isolated_cache):
     """NaN and inf in either operand reach exactly the results they reach in PyTorch (and no

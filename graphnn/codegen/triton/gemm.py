@@ -5,9 +5,11 @@ A GEMM unit holds one node: ``matmul(a, b)`` with PyTorch's rules (a 1-D ``a`` i
 ``act(a @ b + bias + residual)`` (``graphnn/ir/ops/epilogue.py``). Operands are C-contiguous
 (the wrapper makes them so), shapes static, so sizes and strides are literals.
 
-One program per ``BLOCK_M x BLOCK_N`` tile of one batch entry's ``M x N`` result; it loops over
-``K`` in ``BLOCK_K`` steps, loading masked tiles (0 outside the operands, so ragged M, N and K
-add nothing) and accumulating ``tl.dot`` in float32 (float64 for float64). The epilogue adds
+One program per ``BLOCK_M x BLOCK_N`` tile of one batch entry's ``M x N`` result (with many row
+tiles, in groups of ``GROUP_M`` row tiles walked column by column: programs running together
+share operand tiles in the L2 cache); it loops over ``K`` in ``BLOCK_K`` steps, loading masked
+tiles (0 outside the operands, so ragged M, N and K add nothing; a dim that is a multiple of
+its block has no mask) and accumulating ``tl.dot`` in float32 (float64 for float64). The epilogue adds
 the bias (over the last dim), the residual, applies the activation through the elementwise
 table (``ops.py``) and stores once, rounded to 16 bits for 16-bit results as the reference
 rounds them. ``interpreter_form`` upcasts 16-bit loads (the interpreter's bfloat16 arithmetic
@@ -50,6 +52,7 @@ GEMM_OPS = frozenset({"matmul", "matmul_epilogue"})
 GPU_TILES = ((128, 128, 32, 4, 3), (128, 128, 64, 8, 3), (128, 128, 32, 8, 4),
              (128, 64, 32, 4, 4), (64, 128, 32, 4, 4), (64, 64, 64, 4, 3), (128, 64, 64, 4, 3),
              (64, 128, 64, 4, 3), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (64, 64, 32, 4, 4))
+GROUP_M = 8  # row tiles per group in a program order that shares operand tiles in the L2
 _INPUT_PRECISION = contextvars.ContextVar("graphnn_tf32", default="ieee")  # of float32 dots
 
 
@@ -176,8 +179,29 @@ def launch_options(config: Config) -> dict:
     return {"num_warps": config.num_warps, "num_stages": config.num_stages}
 
 
+def _mask(*parts: str | None) -> str | None:
+    """The parts that are masks, and-ed; None when none is (every lane inside)."""
+    return " & ".join(p for p in parts if p) or None
+
+
+def _tile_indices(body: KernelBody, tiles_m: int, tiles_n: int) -> None:
+    """Emit ``tm`` and ``tn``, the row and column tile of ``tile`` (the program's index among
+    ``tiles_m x tiles_n``): row-major, or with more than ``GROUP_M`` row tiles in groups of
+    ``GROUP_M`` rows walked column by column, so that the programs running at once share the
+    operands' tiles in the L2 cache. Each tile is computed alike whichever program takes it."""
+    if tiles_m <= GROUP_M or tiles_n == 1:
+        body.emit(f"tm = tile // {tiles_n}")
+        body.emit(f"tn = tile % {tiles_n}")
+        return
+    body.emit(f"first = (tile // {GROUP_M * tiles_n}) * {GROUP_M}")
+    body.emit(f"rows_in_group = tl.minimum({tiles_m} - first, {GROUP_M})")
+    body.emit(f"tm = first + (tile % {GROUP_M * tiles_n}) % rows_in_group")
+    body.emit(f"tn = (tile % {GROUP_M * tiles_n}) // rows_in_group")
+
+
 def _source(name: str, unit, g: _Gemm, config: Config, interpreter_form: bool) -> Launch:
-    """The kernel of ``g`` with ``config``'s blocks."""
+    """The kernel of ``g`` with ``config``'s blocks; a dim that is a multiple of its block
+    needs no mask (its tiles are all inside)."""
     block = dict(config.blocks)
     m, k, n, batch = g.m, g.k, g.n, g.batch
     tiles_m, tiles_n = -(-m // block["BLOCK_M"]), -(-n // block["BLOCK_N"])
@@ -190,30 +214,44 @@ def _source(name: str, unit, g: _Gemm, config: Config, interpreter_form: bool) -
         inner = math.prod(batch[e] for e in live[i + 1:])
         index = "batch" if inner == 1 else f"(batch // {inner})"
         body.emit(f"b{d} = {index if i == 0 else f'{index} % {batch[d]}'}")
-    body.emit(f"rows = (tile // {tiles_n}) * BLOCK_M + tl.arange(0, BLOCK_M)")
-    body.emit(f"cols = (tile % {tiles_n}) * BLOCK_N + tl.arange(0, BLOCK_N)")
-    body.emit(f"rmask = rows < {m}")
-    body.emit(f"cmask = cols < {n}")
+    _tile_indices(body, tiles_m, tiles_n)
+    body.emit("rows = tm * BLOCK_M + tl.arange(0, BLOCK_M)")
+    body.emit("cols = tn * BLOCK_N + tl.arange(0, BLOCK_N)")
+    rmask = cmask = kmask = None
+    if m % block["BLOCK_M"]:
+        body.emit(f"rmask = rows < {m}")
+        rmask = "rmask"
+    if n % block["BLOCK_N"]:
+        body.emit(f"cmask = cols < {n}")
+        cmask = "cmask"
     body.emit(f"acc = tl.zeros([BLOCK_M, BLOCK_N], {g.acc_type})")
     body.emit(f"for start in range(0, {k}, BLOCK_K):")
     body.indent += 1
     body.emit(f"ks = start + {body.arange('BLOCK_K')}")
-    body.emit(f"kmask = ks < {k}")
+    if k % block["BLOCK_K"]:
+        body.emit(f"kmask = ks < {k}")
+        kmask = "kmask"
+
+    def rows_of(mask):
+        return mask and f"{mask}[:, None]"
+
+    def cols_of(mask):
+        return mask and f"{mask}[None, :]"
     a_tile = body.load(f"in{unit.read_index(g.a)}",
                        f"{_batch_offset(g.a2[:-2], batch, m * k)}rows[:, None] * {k} + "
-                       f"ks[None, :]", "rmask[:, None] & kmask[None, :]", g.a.type.dtype)
+                       f"ks[None, :]", _mask(rows_of(rmask), cols_of(kmask)), g.a.type.dtype)
     b_tile = body.load(f"in{unit.read_index(g.b)}",
                        f"{_batch_offset(g.b2[:-2], batch, k * n)}ks[:, None] * {n} + "
-                       f"cols[None, :]", "kmask[:, None] & cmask[None, :]", g.b.type.dtype)
+                       f"cols[None, :]", _mask(rows_of(kmask), cols_of(cmask)), g.b.type.dtype)
     body.emit(f"acc = tl.dot({a_tile}, {b_tile}, acc, out_dtype={g.acc_type}"
               f"{dot_precision(g.acc_type)})")
     body.indent -= 1
     out = g.node.outputs[0]
     out_offset = f"batch * {m * n} + rows[:, None] * {n} + cols[None, :]"
-    mask = "rmask[:, None] & cmask[None, :]"
+    mask = _mask(rows_of(rmask), cols_of(cmask))
     z = "acc"
     if g.bias is not None:
-        v = body.load(f"in{unit.read_index(g.bias)}", "cols", "cmask", g.bias.type.dtype)
+        v = body.load(f"in{unit.read_index(g.bias)}", "cols", cmask, g.bias.type.dtype)
         z = body.tmp(f"{z} + {body.cast(v, g.acc_type, g.acc_type)}[None, :]")
     if g.residual is not None:
         v = body.load(f"in{unit.read_index(g.residual)}", out_offset, mask,

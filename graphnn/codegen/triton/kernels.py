@@ -147,9 +147,11 @@ class KernelBody:
         return f"{name}.to({dst})"
 
     def load(self, pointer: str, offset: str | None, mask: str | None, dtype) -> str:
-        """A variable holding a masked load at ``pointer + offset`` (0 where masked off), or
-        the scalar at ``pointer`` when ``offset`` is None (a 0-d value: always there)."""
+        """A variable holding a masked load at ``pointer + offset`` (0 where masked off; no
+        mask: every lane is inside), or the scalar at ``pointer`` when ``offset`` is None (a
+        0-d value: always there)."""
         var = self.tmp(f"tl.load({pointer})" if offset is None else
+                       f"tl.load({pointer} + {offset})" if mask is None else
                        f"tl.load({pointer} + {offset}, mask={mask}, other=0)")
         if dtype.name in ROUNDED:
             if self.interpreter_form:
@@ -172,7 +174,8 @@ class KernelBody:
     def store(self, pointer, offset, var, mask, dtype) -> None:
         if dtype.name in ROUNDED:
             var = f"{var}.to({ROUNDED[dtype.name]})"
-        self.emit(f"tl.store({pointer} + {offset}, {var}, mask={mask})")
+        self.emit(f"tl.store({pointer} + {offset}, {var}"
+                  f"{'' if mask is None else f', mask={mask}'})")
 
 
 def _indices(body, lin, prefix, dims, shape) -> None:
