@@ -350,6 +350,37 @@ def test_a_cat_of_its_own_runs_on_the_device(isolated_cache):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+def test_a_pad_of_its_own_runs_on_the_device(mode, isolated_cache):
+    """A ``pad`` kernel is a torch copy on the device in every mode (a fill converted to the
+    dtype as the reference converts it, then a copy; or gathers of the source positions):
+    values equal the NumPy backend's bit for bit (float16 and int32 too), gradients equal
+    too, and no host op runs."""
+    rng = np.random.default_rng(7)
+    pads, value = (1, 2, 0, 3), 0.1
+
+    def f(x):
+        return F.pad(x, pads, mode=mode, value=value) if mode == "constant" else \
+            F.pad(x, pads, mode=mode)
+
+    for dtype in (np.float32, np.float16) + ((np.int32,) if mode == "constant" else ()):
+        x = (rng.standard_normal((2, 4, 5)) * 4).astype(dtype)
+        got = _run(graphnn.compile(f, backend="triton"), [x])[0]
+        want = _run(graphnn.compile(f, backend="numpy"), [x])[0]
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    x = rng.standard_normal((2, 4, 5)).astype(np.float32)
+    grads = []
+    for backend in ("triton", "numpy"):
+        t = graphnn.from_numpy(x.copy()).requires_grad_()
+        out = graphnn.compile(lambda x: (f(x) * f(x).tanh()).sum(), backend=backend)(t)
+        out.backward()
+        grads.append(t.grad.numpy())
+    np.testing.assert_allclose(*grads, rtol=1e-6, atol=1e-6)
+    assert "pad" not in _host_ops(_sources(isolated_cache))
+    assert "_rt.pad(" in _sources(isolated_cache)
+
+
 # ---- the device ----------------------------------------------------------------------------------
 
 def test_device_copies_and_owners():

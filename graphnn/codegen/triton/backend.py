@@ -10,8 +10,9 @@ device tensors:
 - templated kernels: a fresh output tensor per write, the launch's index checks, then one
   launch;
 - views (reshape, permute, expand, slice): the torch view of the tensor (a kernel reading one
-  gets it made contiguous); ``full``: ``torch.full`` on the device; a ``cat`` of its own:
-  ``torch.cat`` on the device (a copy, in the reference's promoted dtype);
+  gets it made contiguous); ``full``: ``torch.full`` on the device; a ``cat`` or ``pad`` of
+  its own (``_COPIES``): a torch copy on the device (``torch.cat`` in the reference's
+  promoted dtype; a fill and a copy, or gathers of the padded dims' source positions);
 - everything else (a kernel with an op no template lowers): EXTERN, the op's registry
   implementation on host arrays (download, run, upload).
 
@@ -100,6 +101,24 @@ def _fill(node) -> str:
     return f"_rt.full({shape!r}, {_number(value)}, {dtype.name!r})"
 
 
+def _cat(node, name) -> str:
+    parts = "".join(f"{name(v)}, " for v in node.inputs)
+    return f"_rt.cat(({parts}), {int(node.attrs['dim'])}, {node.outputs[0].type.dtype.name!r})"
+
+
+def _pad(node, name) -> str:
+    attrs = node.attrs
+    with np.errstate(all="ignore"):  # the fill as the reference converts it to the dtype
+        value = np.array(attrs["value"]).astype(node.outputs[0].type.dtype.np).item()
+    return (f"_rt.pad({name(node.inputs[0])}, {tuple(int(p) for p in attrs['pads'])!r}, "
+            f"{str(attrs['mode'])!r}, {_number(value)})")
+
+
+# ops whose kernel of their own is a torch copy on the device (no template): node, the
+# variable name of a value -> the expression
+_COPIES = {"cat": _cat, "pad": _pad}
+
+
 class _Module:
     """The generated module's pieces: module-level bindings, jit functions, the body."""
 
@@ -137,12 +156,10 @@ class _Module:
             out = unit.nodes[0].outputs[0]
             self.emit(f"{self.name(out)} = {_fill(unit.nodes[0])}", out)
             return
-        if unit.kind is KernelKind.POINTWISE and [n.op for n in unit.nodes] == ["cat"]:
+        if len(unit.nodes) == 1 and unit.nodes[0].op in _COPIES:
             node = unit.nodes[0]
             out = node.outputs[0]
-            parts = "".join(f"{self.name(v)}, " for v in node.inputs)
-            self.emit(f"{self.name(out)} = _rt.cat(({parts}), {int(node.attrs['dim'])}, "
-                      f"{out.type.dtype.name!r})", out)
+            self.emit(f"{self.name(out)} = {_COPIES[node.op](node, self.name)}", out)
             return
         make = TEMPLATES.get(unit.kind)
         if make is not None:

@@ -9,6 +9,7 @@ from graphnn.ir import get_op, parse
 from graphnn.ir.dtypes import as_dtype
 from graphnn.ir.errors import IndexError_
 from graphnn.ir.graph import map_structure
+from graphnn.ir.ops.shape import pad_pairs, pad_source_index
 
 from .device import DEVICE, require_torch, torch_dtype
 
@@ -73,6 +74,28 @@ def cat(parts: tuple, dim: int, dtype_name: str):
     ``dtype_name`` (each converted first, as the reference converts to the promoted dtype)."""
     dtype = torch_dtype(as_dtype(dtype_name))
     return torch.cat([p.to(dtype) for p in parts], dim)
+
+
+def pad(x, pads: tuple, mode: str, value):
+    """``x`` padded on the device as the ``pad`` op's reference pads (``pads``: PyTorch's list,
+    last dim first): ``constant`` fills a new tensor with ``value`` (already converted to x's
+    dtype) and copies ``x`` inside; the other modes gather each padded dim's source positions
+    (``pad_source_index``), a copy of values either way."""
+    pairs = pad_pairs(x.ndim, pads)
+    if mode == "constant":
+        shape = list(x.shape)
+        for d, lo, hi in pairs:
+            shape[d] += lo + hi
+        out = torch.full(shape, value, dtype=x.dtype, device=x.device)
+        inside = [slice(None)] * x.ndim
+        for d, lo, _ in pairs:
+            inside[d] = slice(lo, lo + x.shape[d])
+        out[tuple(inside)] = x
+        return out
+    for d, lo, hi in pairs:
+        index = pad_source_index(x.shape[d], lo, hi, mode)
+        x = torch.index_select(x, d, torch.as_tensor(index, device=x.device))
+    return x.contiguous()
 
 
 def check_indices(index, size: int, op: str, dim: int) -> None:

@@ -187,7 +187,7 @@ _shape_op("cat", _cat_infer, _cat, _grad_cat, {"dim": Attr("int", 0)}, arity=(1,
 
 # ---- pad ----------------------------------------------------------------------------------------
 
-def _pad_pairs(ndim, pads):
+def pad_pairs(ndim, pads):
     """PyTorch's pad list (last dim first) as (dim, before, after) triples."""
     return [(ndim - 1 - i, pads[2 * i], pads[2 * i + 1]) for i in range(len(pads) // 2)]
 
@@ -198,7 +198,7 @@ def _pad_infer(types, *, pads, mode, value):
         raise ShapeError(f"pad: padding length {len(pads)} must be even and at most twice the "
                          f"number of dimensions ({t.ndim})")
     shape = list(t.shape)
-    for d, lo, hi in _pad_pairs(t.ndim, pads):
+    for d, lo, hi in pad_pairs(t.ndim, pads):
         if lo < 0 or hi < 0:
             raise ShapeError(f"pad: negative padding {list(pads)} is not supported")
         if mode == "reflect" and (lo >= t.shape[d] or hi >= t.shape[d]):
@@ -219,7 +219,7 @@ _NP_PAD_MODE = {"constant": "constant", "reflect": "reflect", "replicate": "edge
 
 def _pad(x, *, pads, mode, value):
     widths = [(0, 0)] * x.ndim
-    for d, lo, hi in _pad_pairs(x.ndim, pads):
+    for d, lo, hi in pad_pairs(x.ndim, pads):
         widths[d] = (lo, hi)
     if mode == "constant":
         return np.pad(x, widths, mode="constant", constant_values=value)
@@ -257,7 +257,7 @@ def _pad_index(b, size, lo: int, hi: int, mode: str):
 def _grad_pad(b, ctx, g):
     t = ctx.input_types[0]
     mode = ctx.attrs["mode"]
-    for d, lo, hi in reversed(_pad_pairs(t.ndim, ctx.attrs["pads"])):
+    for d, lo, hi in reversed(pad_pairs(t.ndim, ctx.attrs["pads"])):
         shape = list(b.shape(g))
         if mode == "constant":
             starts = [0] * len(shape)
