@@ -381,6 +381,34 @@ def test_a_pad_of_its_own_runs_on_the_device(mode, isolated_cache):
     assert "_rt.pad(" in _sources(isolated_cache)
 
 
+def test_a_slice_scatter_of_its_own_runs_on_the_device(isolated_cache):
+    """``slice_scatter`` (what an assignment into a slice traces to: a KV cache's update) is a
+    clone with the slice assigned on the device, the source converted to the base's dtype as
+    the reference converts it; values and gradients equal the NumPy backend's; no host op."""
+    rng = np.random.default_rng(8)
+    attrs = {"starts": (1, 0, 2), "stops": (3, 5, 6), "steps": (1, 2, 1)}
+    base = rng.standard_normal((4, 5, 6)).astype(np.float32)
+    src = rng.standard_normal((2, 3, 4)).astype(np.float32)
+
+    def f(b, s):
+        return (apply_op("slice_scatter", [b.tanh(), s * 3], attrs)[0] ** 2).sum(0)
+
+    results = {}
+    for backend in ("triton", "numpy"):
+        tb, ts = (graphnn.from_numpy(x.copy()).requires_grad_() for x in (base, src))
+        out = graphnn.compile(f, backend=backend)(tb, ts)
+        out.backward(graphnn.ones_like(out))
+        results[backend] = [out.detach().numpy(), tb.grad.numpy(), ts.grad.numpy()]
+    for got, want in zip(*results.values()):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    half = rng.standard_normal((2, 3, 4)).astype(np.float16)
+    got, want = (_run(_compile_op("slice_scatter", attrs, backend), [base, half])[0]
+                 for backend in ("triton", "numpy"))
+    np.testing.assert_array_equal(got, want)
+    assert "slice_scatter" not in _host_ops(_sources(isolated_cache))
+    assert "_rt.slice_scatter(" in _sources(isolated_cache)
+
+
 # ---- the device ----------------------------------------------------------------------------------
 
 def test_device_copies_and_owners():

@@ -10,9 +10,10 @@ device tensors:
 - templated kernels: a fresh output tensor per write, the launch's index checks, then one
   launch;
 - views (reshape, permute, expand, slice): the torch view of the tensor (a kernel reading one
-  gets it made contiguous); ``full``: ``torch.full`` on the device; a ``cat`` or ``pad`` of
-  its own (``_COPIES``): a torch copy on the device (``torch.cat`` in the reference's
-  promoted dtype; a fill and a copy, or gathers of the padded dims' source positions);
+  gets it made contiguous); ``full``: ``torch.full`` on the device; a ``cat``, ``pad`` or
+  ``slice_scatter`` of its own (``_COPIES``): a torch copy on the device (``torch.cat`` in the
+  reference's promoted dtype; a fill and a copy, or gathers of the padded dims' source
+  positions; a clone with the slice assigned);
 - everything else (a kernel with an op no template lowers): EXTERN, the op's registry
   implementation on host arrays (download, run, upload).
 
@@ -114,9 +115,19 @@ def _pad(node, name) -> str:
             f"{str(attrs['mode'])!r}, {_number(value)})")
 
 
+def _slice_scatter(node, name) -> str | None:
+    """None for a negative step (torch slices take none: the kernel runs on the host)."""
+    attrs = node.attrs
+    if any(int(c) <= 0 for c in attrs["steps"]):
+        return None
+    key = "".join(f"slice({int(a)}, {int(b)}, {int(c)}), "
+                  for a, b, c in zip(attrs["starts"], attrs["stops"], attrs["steps"]))
+    return f"_rt.slice_scatter({name(node.inputs[0])}, {name(node.inputs[1])}, ({key}))"
+
+
 # ops whose kernel of their own is a torch copy on the device (no template): node, the
-# variable name of a value -> the expression
-_COPIES = {"cat": _cat, "pad": _pad}
+# variable name of a value -> the expression, or None where the node needs the host
+_COPIES = {"cat": _cat, "pad": _pad, "slice_scatter": _slice_scatter}
 
 
 class _Module:
@@ -156,10 +167,11 @@ class _Module:
             out = unit.nodes[0].outputs[0]
             self.emit(f"{self.name(out)} = {_fill(unit.nodes[0])}", out)
             return
-        if len(unit.nodes) == 1 and unit.nodes[0].op in _COPIES:
-            node = unit.nodes[0]
-            out = node.outputs[0]
-            self.emit(f"{self.name(out)} = {_COPIES[node.op](node, self.name)}", out)
+        copy = _COPIES[unit.nodes[0].op](unit.nodes[0], self.name) \
+            if len(unit.nodes) == 1 and unit.nodes[0].op in _COPIES else None
+        if copy is not None:
+            out = unit.nodes[0].outputs[0]
+            self.emit(f"{self.name(out)} = {copy}", out)
             return
         make = TEMPLATES.get(unit.kind)
         if make is not None:

@@ -98,6 +98,14 @@ def pad(x, pads: tuple, mode: str, value):
     return x.contiguous()
 
 
+def slice_scatter(base, src, key: tuple):
+    """A copy of the device tensor ``base`` with ``src`` (converted to base's dtype, as the
+    reference's assignment converts it) written at ``key`` (positive-step slices)."""
+    out = base.clone()
+    out[key] = src.to(out.dtype)
+    return out
+
+
 def check_indices(index, size: int, op: str, dim: int) -> None:
     """Raise the reference's ``IndexError`` when the device tensor ``index`` holds a value
     outside ``[-size, size)`` (indices into a dim ``dim`` of that size): reads its two
