@@ -159,3 +159,31 @@ def test_moves_inside_a_traced_function_keep_its_values_symbolic():
         np.testing.assert_allclose(g.detach().cpu().numpy(), w.detach().cpu().numpy(),
                                    rtol=1e-6)
     np.testing.assert_allclose(grad, emb.weight.grad.cpu().numpy(), rtol=1e-6)
+
+
+def test_a_device_tensor_the_trace_freezes_as_a_constant():
+    """A tensor on cuda that the forward reads but the trace does not bind (a non-persistent
+    buffer, as a positional encoding's table) becomes a graph constant from its downloaded
+    values: the module compiles (it ran eagerly: the constant's key read a torch size) and
+    equals eager, and a later change of the buffer is seen (a guard recompiles)."""
+
+    class AddTable(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("table", graphnn.randn(3, 4), persistent=False)
+
+        def forward(self, x):
+            return x + self.table
+
+    graphnn.manual_seed(0)
+    model = AddTable().cuda()
+    x = graphnn.randn(2, 3, 4).cuda()
+    compiled = graphnn.compile(model)
+    got = _quietly(compiled, x)
+    np.testing.assert_array_equal(got.cpu().numpy(), model(x).cpu().numpy())
+    assert compiled.compiles == 1
+    with graphnn.no_grad():
+        model.table.add_(1.0)
+    again = _quietly(compiled, x)
+    np.testing.assert_array_equal(again.cpu().numpy(), model(x).cpu().numpy())
+    assert compiled.compiles == 2

@@ -1,7 +1,8 @@
 """What a compiled forward baked in from its modules' plain attributes is guarded (issue 15):
 a float, bool or tuple attribute the forward reads, and a tensor attribute that is not a
-registered parameter or buffer (traced as a constant), rebound or written in place. Changing
-one compiles again, with a reason naming the attribute, and results follow eager's."""
+registered parameter or buffer, or is a non-persistent buffer (either traced as a constant),
+rebound or written in place. Changing one compiles again, with a reason naming the
+attribute, and results follow eager's."""
 import copy
 
 import numpy as np
@@ -17,9 +18,10 @@ class _Reads(nn.Module):
         self.fc = nn.Linear(4, 4)
         self.scale, self.shift, self.window = 0.5, True, (1, 3)
         self.mask = graphnn.ones(4)  # not a buffer: a trace bakes it in
+        self.register_buffer("table", graphnn.ones(4), persistent=False)  # baked in too
 
     def forward(self, x):
-        y = self.fc(x) * self.scale * self.mask
+        y = self.fc(x) * self.scale * self.mask + self.table
         y = y[:, self.window[0]:self.window[1]]
         return y + 1.0 if self.shift else y
 
@@ -34,7 +36,9 @@ def test_changed_attributes_recompile_with_the_reason_and_follow_eager():
                ("shift", lambda m: setattr(m, "shift", False)),
                ("window", lambda m: setattr(m, "window", (0, 4))),
                ("mask", lambda m: m.mask.mul_(3.0)),  # in place: a new version
-               ("mask", lambda m: setattr(m, "mask", graphnn.zeros(4)))]  # rebound
+               ("mask", lambda m: setattr(m, "mask", graphnn.zeros(4))),  # rebound
+               ("table", lambda m: m.table.add_(1.0)),
+               ("table", lambda m: setattr(m, "table", graphnn.full((4,), 2.0)))]
     with graphnn.no_grad():
         np.testing.assert_allclose(model(x).numpy(), eager(x).numpy(), rtol=1e-6)
         for i, (name, change) in enumerate(changes):

@@ -133,11 +133,22 @@ def reachable(fn) -> dict:
 _SIMPLE = (bool, int, float, str, type(None))
 
 
+def _constant_tensors(module) -> list:
+    """``[(key, tensor)]``: the tensors of ``module`` that a trace makes constants, its plain
+    tensor attributes (not registered) and its non-persistent buffers (not bound as state)."""
+    out = [(key, value) for key, value in vars(module).items()
+           if not key.startswith("_") and isinstance(value, Tensor)]
+    out += [(key, module._buffers[key]) for key in sorted(module._non_persistent_buffers_set)
+            if isinstance(module._buffers.get(key), Tensor)]
+    return out
+
+
 def _attribute_key(module) -> tuple:
-    """What a trace of ``module``'s forward may have baked in from its plain attributes: the
-    ``repr`` of each number, string, bool or None (and tuples of them), and the identity and
-    version of each tensor that is not a registered parameter or buffer (a trace makes it a
-    constant). A change of any makes a new signature, so the forward is traced again."""
+    """What a trace of ``module``'s forward may have baked in from its plain attributes and
+    non-persistent buffers: the ``repr`` of each number, string, bool or None (and tuples of
+    them), and the identity and version of each tensor a trace makes a constant
+    (``_constant_tensors``). A change of any makes a new signature, so the forward is traced
+    again."""
     out = []
     for key, value in vars(module).items():
         if key.startswith("_") or key == "training":
@@ -145,8 +156,8 @@ def _attribute_key(module) -> tuple:
         if isinstance(value, _SIMPLE) or (isinstance(value, tuple) and
                                           all(isinstance(v, _SIMPLE) for v in value)):
             out.append((key, repr(value)))
-        elif isinstance(value, Tensor):
-            out.append((key, f"tensor {id(value):#x} version {value._version_counter.value}"))
+    out += [(key, f"tensor {id(value):#x} version {value._version_counter.value}")
+            for key, value in _constant_tensors(module)]
     return tuple(out)
 
 
@@ -227,8 +238,7 @@ class StepState:
         for path, m in modules:
             for key, value in _attribute_key(m):
                 attributes.append((f"{path}.{key}" if path else key, value))
-            tensors += [(v, v._version_counter.value) for k, v in vars(m).items()
-                        if isinstance(v, Tensor) and not k.startswith("_")]
+            tensors += [(v, v._version_counter.value) for _, v in _constant_tensors(m)]
         self._attribute_cache = (writes, ids, tuple(attributes), tensors)
         return self._attribute_cache[2]
 

@@ -137,10 +137,12 @@ class TraceState:
         return v if v is not None else self._const(t)
 
     def _const(self, t):
+        """The constant of concrete tensor ``t`` (a device tensor's values downloaded: graph
+        constants are host arrays, which a device backend uploads)."""
         entry = self.consts.get(id(t))
         if entry is not None:
             return entry[1]
-        data = t._data
+        data = t._host_values() if t._on_device else t._data
         key = (data.dtype.str, data.shape, data.tobytes()) if data.size <= _SMALL_CONST else None
         value = self.shared_consts.get(key) if key is not None else None
         if value is None:

@@ -67,13 +67,14 @@ def _addindent(text: str, spaces: int) -> str:
 
 
 _REGISTRIES = ("_parameters", "_buffers", "_modules")
-_plain_writes = [0]  # plain (unregistered) attribute assignments and deletions on any Module
+_plain_writes = [0]  # plain (unregistered) attribute assignments and deletions on any Module,
+# and registrations of non-persistent buffers (which a trace bakes in as it does plain ones)
 
 
 def plain_attribute_writes() -> int:
-    """How many plain attributes have been set or deleted on Modules so far: unchanged, no
-    module's plain attributes have been rebound (compiled code's guards cache on it; an
-    in-place write into a tensor attribute moves its version instead)."""
+    """How many plain attributes (and non-persistent buffers) have been set or deleted on
+    Modules so far: unchanged, no module's plain attributes have been rebound (compiled code's
+    guards cache on it; an in-place write into a tensor attribute moves its version instead)."""
     return _plain_writes[0]
 _HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
                "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_backward_pre_hooks",
@@ -137,6 +138,8 @@ class Module(HookMixin, StateMixin):
         if tensor is not None and not isinstance(tensor, Tensor):
             raise ModuleTypeError(f"cannot assign '{typename(tensor)}' object to buffer "
                                   f"'{name}' (graphnn Tensor or None required)")
+        if not persistent or name in self._non_persistent_buffers_set:
+            _plain_writes[0] += 1  # a trace bakes non-persistent buffers in, as plain attributes
         self._buffers[name] = tensor
         if persistent:
             self._non_persistent_buffers_set.discard(name)

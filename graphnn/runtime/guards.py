@@ -13,7 +13,8 @@ The guard rules, in one place. A call's signature holds:
   train/eval mode, non-tensor optimizer state, which parameter and optimizer objects these are,
   and each module's plain attributes: the ``repr`` of numbers, bools, strings, None and tuples
   of them, and the identity and version of tensors that are not registered parameters or
-  buffers (a trace bakes them in as constants, so rebinding one or writing it in place counts).
+  buffers, and of non-persistent buffers (a trace bakes both in as constants, so rebinding one
+  or writing it in place counts).
 
 Two calls with equal signatures can run the same kernel. ``describe_change`` says, readably,
 why a new signature needed a recompile (``input 0 shape [32,3,32,32] -> [16,3,32,32]``,
