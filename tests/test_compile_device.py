@@ -187,3 +187,35 @@ def test_a_device_tensor_the_trace_freezes_as_a_constant():
     again = _quietly(compiled, x)
     np.testing.assert_array_equal(again.cpu().numpy(), model(x).cpu().numpy())
     assert compiled.compiles == 2
+
+
+def test_a_learning_rate_tensor_on_the_device_is_a_runtime_input():
+    """``lr`` given as a cuda tensor (as PyTorch allows) is read each call like a number's
+    (downloaded: it failed with an AttributeError); changing it in place recompiles nothing,
+    and the parameters follow an eager CPU replica stepped with the same rates."""
+    graphnn.manual_seed(0)
+    model = nn.Linear(3, 4).cuda()
+    replica = copy.deepcopy(model).cpu()
+    opt = graphnn.optim.SGD(model.parameters(), lr=graphnn.tensor(0.1).cuda())
+    replica_opt = graphnn.optim.SGD(replica.parameters(), lr=0.1)
+    x = graphnn.randn(5, 3)
+
+    def step(x):
+        opt.zero_grad()
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        return loss
+
+    compiled = graphnn.compile(step)
+    for i in range(3):
+        _quietly(compiled, x.cuda())
+        replica_opt.zero_grad()
+        replica(x).sum().backward()
+        replica_opt.step()
+        with graphnn.no_grad():
+            opt.param_groups[0]["lr"].fill_(0.1 / (i + 2))
+        replica_opt.param_groups[0]["lr"] = 0.1 / (i + 2)
+    np.testing.assert_allclose(model.weight.detach().cpu().numpy(),
+                               replica.weight.detach().numpy(), rtol=1e-6, atol=1e-7)
+    assert compiled.compiles == 1

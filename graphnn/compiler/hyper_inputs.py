@@ -96,6 +96,8 @@ class HyperInputs:
             value = opt.param_groups[index][entry]
             if item is not None:
                 value = value[item]
-            out.append(value._data.copy() if isinstance(value, Tensor)
-                       else np.array(value, dtype.np))
+            if isinstance(value, Tensor):  # a device tensor's value downloaded: the others' form
+                out.append(value._host_values() if value._on_device else value._data.copy())
+            else:
+                out.append(np.array(value, dtype.np))
         return out

@@ -296,7 +296,8 @@ def forward(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     body.indent -= 1
     safe = node.attrs["safe_softmax"] or ops.s == 0
     empty = "acc" if safe else 'float("nan")'  # acc: the zero probabilities times v
-    body.emit(f"o = tl.where((l_i == 0)[:, None], {empty}, {divide('acc', 'l_i[:, None]', acc_type)})")
+    normalised = divide("acc", "l_i[:, None]", acc_type)
+    body.emit(f"o = tl.where((l_i == 0)[:, None], {empty}, {normalised})")
     body.store("out0", ops.offset(out, "rows[:, None]", "dv[None, :]"), "o",
                "rmask[:, None] & emask[None, :]", out.type.dtype)
     return launch_of(name, unit, body, programs if out.type.numel else 0, sizes)

@@ -5,14 +5,14 @@ A GEMM unit holds one node: ``matmul(a, b)`` with PyTorch's rules (a 1-D ``a`` i
 ``act(a @ b + bias + residual)`` (``graphnn/ir/ops/epilogue.py``). Operands are C-contiguous
 (the wrapper makes them so), shapes static, so sizes and strides are literals.
 
-One program per ``BLOCK_M x BLOCK_N`` tile of one batch entry's ``M x N`` result (with many row
-tiles, in groups of ``GROUP_M`` row tiles walked column by column: programs running together
-share operand tiles in the L2 cache); it loops over ``K`` in ``BLOCK_K`` steps, loading masked
-tiles (0 outside the operands, so ragged M, N and K add nothing; a dim that is a multiple of
-its block has no mask) and accumulating ``tl.dot`` in float32 (float64 for float64). The epilogue adds
-the bias (over the last dim), the residual, applies the activation through the elementwise
-table (``ops.py``) and stores once, rounded to 16 bits for 16-bit results as the reference
-rounds them. ``interpreter_form`` upcasts 16-bit loads (the interpreter's bfloat16 arithmetic
+One program per ``BLOCK_M x BLOCK_N`` tile of one batch entry's ``M x N`` result (with many
+row tiles, in groups of ``GROUP_M`` row tiles walked column by column: programs running
+together share operand tiles in the L2 cache); it loops over ``K`` in ``BLOCK_K`` steps,
+loading masked tiles (0 outside the operands, so ragged M, N and K add nothing; a dim that is
+a multiple of its block has no mask) and accumulating ``tl.dot`` in float32 (float64 for
+float64). The epilogue adds the bias (over the last dim), the residual, applies the activation
+through the elementwise table (``ops.py``) and stores once, rounded to 16 bits for 16-bit
+results as the reference rounds them. ``interpreter_form`` upcasts 16-bit loads (the interpreter's bfloat16 arithmetic
 is wrong).
 
 float32 products follow ``graphnn.set_float32_matmul_precision`` as PyTorch's do:
