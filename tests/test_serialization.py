@@ -419,3 +419,22 @@ def test_deep_nesting_on_save(tmp_path):
     assert ser.load(tmp_path / "ok") == {"x": obj}
     with pytest.raises(TypeError, match="nested deeper than 100 levels"):
         ser.save({"x": [obj, [[obj]]]}, tmp_path / "deep")
+
+
+def test_a_cuda_state_dict_saves_its_values_and_loads_on_the_cpu(tmp_path):
+    """``cuda`` tensors (Triton's interpreter here) are saved with their values, in graphnn's
+    format as in safetensors; they load as CPU tensors, which ``load_state_dict`` copies into
+    a model on the device (as ``torch.load(map_location="cpu")`` then loading does)."""
+    pytest.importorskip("triton")
+    graphnn.manual_seed(0)
+    model = graphnn.nn.Sequential(graphnn.nn.Linear(3, 4), graphnn.nn.BatchNorm1d(4)).cuda()
+    for name in ("state.gnn", "state.safetensors"):
+        path = tmp_path / name
+        graphnn.save(model.state_dict(), path)
+        loaded = graphnn.load(path)
+        assert all(t.device == graphnn.device("cpu") for t in loaded.values())
+        again = graphnn.nn.Sequential(graphnn.nn.Linear(3, 4), graphnn.nn.BatchNorm1d(4)).cuda()
+        again.load_state_dict(loaded)
+        for (key, a), b in zip(model.state_dict().items(), again.state_dict().values()):
+            assert b.device == a.device
+            np.testing.assert_array_equal(a.cpu().numpy(), b.cpu().numpy(), err_msg=key)

@@ -81,7 +81,7 @@ class _Writer:
         return {"t": "tuple" if isinstance(value, tuple) else "list", "items": items}
 
     def tensor(self, t: Tensor):
-        array = t.detach().numpy()
+        array = t.detach().cpu().numpy()  # a device tensor's values, downloaded
         data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
         begin = self.size
         self.chunks.append(data)
