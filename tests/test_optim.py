@@ -5,6 +5,7 @@ its own autograd from the same quadratic loss, so every expected value comes fro
 """
 import copy
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import torch
 
 import graphnn
 import graphnn.optim as optim
+from graphnn.compiler import CompileWarning
 from graphnn.ir.errors import GraphnnError
 
 STEPS = 8
@@ -432,3 +434,37 @@ def test_numpy_gradient_is_the_autograd_gradient():
     for tp, target, s in zip(pair.t, pair.t_targets, pair.scale):
         np.testing.assert_allclose(_loss_grad(tp.detach().numpy(), target.numpy(), s),
                                    tp.grad.numpy(), rtol=1e-13)
+
+
+def test_a_loaded_state_goes_to_its_parameters_device(tmp_path):
+    """A checkpoint loads on the CPU: ``load_state_dict`` puts each state tensor on its
+    parameter's device (``'step'`` stays where it was, as PyTorch keeps it), so a compiled
+    step on cuda after a resume compiles (mixed devices would run eagerly) and continues
+    as the uninterrupted optimizer does."""
+    pytest.importorskip("triton")
+    graphnn.manual_seed(0)
+    model = graphnn.nn.Linear(3, 2).cuda()
+    opt = graphnn.optim.Adam(model.parameters(), lr=0.1)
+    x = graphnn.randn(4, 3).cuda()
+
+    def step():
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+    step()
+    graphnn.save({"model": model.state_dict(), "opt": opt.state_dict()}, tmp_path / "ckpt")
+    saved = graphnn.load(tmp_path / "ckpt")
+    step()
+    want = model.weight.detach().cpu().numpy()
+    model.load_state_dict(saved["model"])
+    opt = graphnn.optim.Adam(model.parameters(), lr=0.1)
+    opt.load_state_dict(saved["opt"])
+    state = opt.state[model.weight]
+    assert state["exp_avg"].device == state["exp_avg_sq"].device == model.weight.device
+    assert state["step"].device == graphnn.device("cpu")
+    compiled = graphnn.compile(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        compiled()
+    np.testing.assert_allclose(model.weight.detach().cpu().numpy(), want, rtol=1e-6)
+    assert compiled.compiles == 1

@@ -158,9 +158,10 @@ class Optimizer:
         """Replace options and state by those of ``state_dict`` (from ``state_dict()``).
 
         Validates the group count and sizes first (PyTorch's messages) and changes nothing when
-        it raises. Groups keep their own parameter tensors. State tensors are copied (cast to the
-        parameter's floating dtype, except ``'step'``), so the loaded optimizer never shares
-        buffers with the source dict; PyTorch may alias them, graphnn never does.
+        it raises. Groups keep their own parameter tensors. State tensors are copied (moved to
+        the parameter's device and cast to its floating dtype, except ``'step'``), so the loaded
+        optimizer never shares buffers with the source dict; PyTorch may alias them, graphnn
+        never does.
         """
         saved_groups = state_dict["param_groups"]
         if len(self.param_groups) != len(saved_groups):
@@ -202,9 +203,12 @@ def step_count(step):
 
 
 def _copy_state_value(param: Tensor, key, value):
-    """A copy of one state entry; floating tensors other than 'step' take ``param``'s dtype."""
+    """A copy of one state entry; tensors other than 'step' go to ``param``'s device (a
+    checkpoint loads on the CPU), floating ones in ``param``'s dtype, as PyTorch casts them."""
     if isinstance(value, Tensor):
-        if key != "step" and param.is_floating_point() and value.is_floating_point():
-            value = value.to(param.dtype)
+        if key != "step":
+            if param.is_floating_point() and value.is_floating_point():
+                value = value.to(param.dtype)
+            value = value.to(param.device)
         return value.detach().clone()
     return copy.deepcopy(value)
