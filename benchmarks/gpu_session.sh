@@ -5,9 +5,11 @@
 #   tests        the Triton backend's and device tensors' tests with GRAPHNN_TEST_GPU=1 (TESTS_S=240)
 #   failed       only the test ids listed in benchmarks/gpu_failed.txt, if present (FAILED_S=120)
 #   bench        benchmarks/gpu_bench.py without the train steps (BENCH_S=270)
-#   train        benchmarks/gpu_bench.py --only train (TRAIN_S=300)
+#   train        benchmarks/gpu_bench.py --only train (TRAIN_S=300; untuned GEMM tiles unless
+#                AUTOTUNE=1: timing every GEMM's candidates may take minutes)
 #   conformance  tests/test_backend_conformance.py -k triton (CONFORMANCE_S=120)
-#   nanogpt      benchmarks/nanogpt.py --device cuda: issue 15's step on the GPU (NANOGPT_S=240)
+#   nanogpt      benchmarks/nanogpt.py --device cuda: issue 15's step on the GPU (NANOGPT_S=240;
+#                untuned GEMM tiles unless AUTOTUNE=1)
 # At most 8 files come back from a device call: the default phases write 6 (env, logs,
 # failures), so add at most one more phase to them.
 # Logs go to $OUT (the device tool's folder; ./gpu-out elsewhere). Each failure's traceback is
@@ -45,12 +47,14 @@ for phase in "${@:-tests bench conformance}"; do
       bench) timeout "${BENCH_S:-270}" python3 benchmarks/gpu_bench.py --reps 10 \
                --only attention,matmul,conv > "$OUT/bench.log" 2>&1
              echo "bench: done at $(elapsed)"; grep -v "^W1\|^  " "$OUT/bench.log" ;;
-      train) timeout "${TRAIN_S:-300}" python3 benchmarks/gpu_bench.py --reps 10 --only train \
+      train) GRAPHNN_AUTOTUNE=${AUTOTUNE:-0} timeout "${TRAIN_S:-300}" \
+               python3 benchmarks/gpu_bench.py --reps 10 --only train \
                > "$OUT/train.log" 2>&1
              echo "train: done at $(elapsed)"; grep -v "^W1\|^  " "$OUT/train.log" ;;
       conformance) run_tests conformance "${CONFORMANCE_S:-120}" \
                tests/test_backend_conformance.py -k triton ;;
-      nanogpt) timeout "${NANOGPT_S:-240}" python3 benchmarks/nanogpt.py --device cuda \
+      nanogpt) GRAPHNN_AUTOTUNE=${AUTOTUNE:-0} timeout "${NANOGPT_S:-240}" \
+               python3 benchmarks/nanogpt.py --device cuda \
                > "$OUT/nanogpt.log" 2>&1
              echo "nanogpt: done at $(elapsed)"; cat "$OUT/nanogpt.log" ;;
       *) echo "unknown phase $p"; exit 2 ;;

@@ -76,6 +76,18 @@ def test_the_fastest_is_chosen_stored_and_found_again_without_timing(cache_dir):
         is CANDIDATES[0]
 
 
+def test_with_autotuning_off_a_stored_choice_is_used_and_nothing_is_timed(cache_dir,
+                                                                         monkeypatch):
+    """``GRAPHNN_AUTOTUNE=0``: no candidate is timed (a first compile builds one kernel per
+    template); a choice stored earlier is still taken, else the default."""
+    choose("test", KEY, CANDIDATES, _Bench({16: 3.0, 32: 1.0, 64: 2.0}))  # stores 32
+    monkeypatch.setenv("GRAPHNN_AUTOTUNE", "0")
+    untimed = _Bench({})  # any timing would raise KeyError
+    assert choose("test", KEY, CANDIDATES, untimed) is CANDIDATES[1]
+    assert choose("test", {**KEY, "m": 7}, CANDIDATES, untimed) is CANDIDATES[0]
+    assert untimed.calls == []
+
+
 def test_configs_that_fail_are_skipped_and_all_failing_gives_the_default(cache_dir):
     bench = _Bench({16: RuntimeError("out of resources"), 32: float("nan"), 64: 5.0})
     assert choose("test", KEY, CANDIDATES, bench) is CANDIDATES[2]

@@ -94,10 +94,18 @@ def stored_choice(text, full_key: dict, candidates: list):
     return next((c for c in candidates if c.as_json() == data.get("config")), None)
 
 
+def timing_allowed() -> bool:
+    """Whether ``choose`` may time candidates: not under ``GRAPHNN_AUTOTUNE=0``, which takes a
+    stored choice or else the default, so that a first compile on a GPU builds one kernel per
+    template instead of one per candidate (fast to compile, untuned where nothing is stored)."""
+    return os.environ.get("GRAPHNN_AUTOTUNE", "1") != "0"
+
+
 def choose(kind: str, key: dict, candidates: list, bench: Callable | None = None) -> Config:
     """The config to generate ``kind``'s kernel for ``key`` with (see the module docstring):
     ``candidates[0]`` when ``bench`` is None or there is one candidate, else the stored choice,
-    else the fastest candidate by ``bench`` (stored then). Candidates whose bench raises are
+    else (unless ``timing_allowed`` says no: then ``candidates[0]``) the fastest candidate by
+    ``bench`` (stored then). Candidates whose bench raises are
     skipped; when every one does, the default is returned and nothing is stored."""
     if bench is None or len(candidates) == 1:
         return candidates[0]
@@ -107,6 +115,8 @@ def choose(kind: str, key: dict, candidates: list, bench: Callable | None = None
         found = stored_choice(_store.read(name), full_key, candidates)
         if found is not None:
             return found
+    if not timing_allowed():
+        return candidates[0]
     times = {}
     for config in candidates:
         try:
