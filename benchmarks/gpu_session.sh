@@ -2,7 +2,7 @@
 # What a session lent a GPU runs, in one device call (see docs/development.md, "On a GPU"):
 #   bash benchmarks/gpu_session.sh [PHASE...]     (default: tests bench conformance)
 # Phases, each bounded by its own time limit in seconds (environment variables):
-#   tests        the Triton backend's and device tensors' tests with GRAPHNN_TEST_GPU=1 (TESTS_S=240)
+#   tests        the Triton backend's and device tensors' tests, GRAPHNN_TEST_GPU=1 (TESTS_S=240)
 #   failed       only the test ids listed in benchmarks/gpu_failed.txt, if present (FAILED_S=120)
 #   bench        benchmarks/gpu_bench.py without the train steps (BENCH_S=270)
 #   train        benchmarks/gpu_bench.py --only train (TRAIN_S=300; untuned GEMM tiles unless
@@ -23,7 +23,9 @@ START=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - START )) s"; }
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  python3 -c "import sys, torch, triton, numpy; print(sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__, 'cuda', torch.cuda.is_available())"
+  python3 -c "import sys, torch, triton, numpy
+print(sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__,
+      'numpy', numpy.__version__, 'cuda', torch.cuda.is_available())"
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 

@@ -205,7 +205,8 @@ def _masked_softmax(node, ctx):
     lowering takes, when the select's second operand is 0-d, its first of the result's shape
     and the result no graph output (a masked attention's scores); else None."""
     readers = ctx.readers(node.outputs[0])
-    if len(readers) != 1 or node.inputs[2].type.shape or node.outputs[0].name in ctx.memory.outputs:
+    if len(readers) != 1 or node.inputs[2].type.shape or \
+            node.outputs[0].name in ctx.memory.outputs:
         return None
     (softmax,) = readers
     if softmax.op != "softmax" or ctx.position(softmax) != ctx.position(node) + 1 or \

@@ -105,8 +105,8 @@ def choose(kind: str, key: dict, candidates: list, bench: Callable | None = None
     """The config to generate ``kind``'s kernel for ``key`` with (see the module docstring):
     ``candidates[0]`` when ``bench`` is None or there is one candidate, else the stored choice,
     else (unless ``timing_allowed`` says no: then ``candidates[0]``) the fastest candidate by
-    ``bench`` (stored then). Candidates whose bench raises are
-    skipped; when every one does, the default is returned and nothing is stored."""
+    ``bench`` (stored then). Candidates whose bench raises are skipped; when every one does,
+    the default is returned and nothing is stored."""
     if bench is None or len(candidates) == 1:
         return candidates[0]
     full_key = {**identity(), "kind": kind, "key": key}

@@ -92,14 +92,18 @@ def _number(value) -> str:
     return repr(value)
 
 
-def _fill(node) -> str:
-    """The torch source of a ``full`` node (its value converted to the dtype as the reference
-    converts it: a bfloat16 value rounded by ml_dtypes, which torch then holds exactly)."""
-    dtype = node.attrs["dtype"]
+def _filler(value, dtype) -> str:
+    """``value`` converted to ``dtype`` as the reference converts a fill (a bfloat16 value
+    rounded by ml_dtypes, which torch then holds exactly), as wrapper source."""
     with np.errstate(all="ignore"):
-        value = np.array(node.attrs["value"]).astype(dtype.np).item()
+        return _number(np.array(value).astype(dtype.np).item())
+
+
+def _fill(node) -> str:
+    """The torch source of a ``full`` node (its value converted by ``_filler``)."""
+    dtype = node.attrs["dtype"]
     shape = tuple(int(s) for s in node.attrs["shape"])
-    return f"_rt.full({shape!r}, {_number(value)}, {dtype.name!r})"
+    return f"_rt.full({shape!r}, {_filler(node.attrs['value'], dtype)}, {dtype.name!r})"
 
 
 def _cat(node, name) -> str:
@@ -109,10 +113,9 @@ def _cat(node, name) -> str:
 
 def _pad(node, name) -> str:
     attrs = node.attrs
-    with np.errstate(all="ignore"):  # the fill as the reference converts it to the dtype
-        value = np.array(attrs["value"]).astype(node.outputs[0].type.dtype.np).item()
+    value = _filler(attrs["value"], node.outputs[0].type.dtype)
     return (f"_rt.pad({name(node.inputs[0])}, {tuple(int(p) for p in attrs['pads'])!r}, "
-            f"{str(attrs['mode'])!r}, {_number(value)})")
+            f"{str(attrs['mode'])!r}, {value})")
 
 
 def _slice_scatter(node, name) -> str | None:

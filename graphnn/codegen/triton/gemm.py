@@ -12,8 +12,8 @@ loading masked tiles (0 outside the operands, so ragged M, N and K add nothing; 
 a multiple of its block has no mask) and accumulating ``tl.dot`` in float32 (float64 for
 float64). The epilogue adds the bias (over the last dim), the residual, applies the activation
 through the elementwise table (``ops.py``) and stores once, rounded to 16 bits for 16-bit
-results as the reference rounds them. ``interpreter_form`` upcasts 16-bit loads (the interpreter's bfloat16 arithmetic
-is wrong).
+results as the reference rounds them. ``interpreter_form`` upcasts 16-bit loads (the
+interpreter's bfloat16 arithmetic is wrong).
 
 float32 products follow ``graphnn.set_float32_matmul_precision`` as PyTorch's do:
 ``input_precision="ieee"`` (results within float32 tolerance of the reference) under

@@ -35,10 +35,10 @@ def gelu_and_derivative(x: np.ndarray, out: np.ndarray | None = None,
     """The exact GELU of a float32 or float64 array and its derivative, computed as the module
     describes: two new arrays of x's shape and dtype, or ``out`` and ``out_derivative``
     written (each C-contiguous, of that shape and dtype, sharing no memory with x or each
-    other: a compiled kernel's buffers, which spare new arrays' fresh pages). NaN, ±inf, -0.0 and empty arrays give
-    what those operations give, as the ``gelu`` reference and the decomposition do: NaN stays
-    NaN, gelu(inf) = inf, gelu(-inf) = NaN (-inf * 0), both derivatives at ±inf are NaN
-    (inf * exp(-inf), as PyTorch's), gelu(-0.0) = -0.0."""
+    other: a compiled kernel's buffers, which spare new arrays' fresh pages). NaN, ±inf, -0.0
+    and empty arrays give what those operations give, as the ``gelu`` reference and the
+    decomposition do: NaN stays NaN, gelu(inf) = inf, gelu(-inf) = NaN (-inf * 0), both
+    derivatives at ±inf are NaN (inf * exp(-inf), as PyTorch's), gelu(-0.0) = -0.0."""
     dtype = x.dtype.type
     flat = np.ascontiguousarray(x).reshape(-1)
     y = np.empty(x.shape, x.dtype) if out is None else out
