@@ -274,8 +274,9 @@ class CompiledFunction:
         state = {name: t for name, t, _ in call.bindings}
         training = bool(getattr(self._module, "training", False))
         inputs = tuple(spec_of(t) for t in tensors)
-        symbolic = self.dynamic and self._backend.symbolic_sizes and \
-            all(spec.device == "cpu" for spec in inputs)  # else per size (Triton's literals)
+        on_device = any(spec.device != "cpu" for spec in inputs)
+        backend = get_backend(self._backend_name or "triton") if on_device else self._backend
+        symbolic = self.dynamic and backend.symbolic_sizes
         sig = Signature(with_symbolic_sizes(inputs) if symbolic else inputs, static,
                         tuple((k, spec_of(t)) for k, t in state.items()),
                         training, is_grad_enabled(), call.key, autocast_state(),

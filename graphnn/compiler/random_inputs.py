@@ -19,7 +19,8 @@ same device under the same ``manual_seed``:
   trace is refused (``HostStreamRefused``), and the call runs eagerly.
 
 Seeds have no shape, so a kernel with symbolic sizes (``dynamic=True``) takes them as they are;
-host values are drawn only for device backends, which compile per size.
+host values are drawn at the compiling call's sizes, which guards fix (``int``: another size
+compiles another entry).
 """
 from __future__ import annotations
 
@@ -126,9 +127,10 @@ def lift_random(graph, host_values: bool = False):
                 f"compile for the host")
         else:
             out = node.outputs[0]
+            drawn = TensorType(tuple(int(size) for size in out.type.shape), out.type.dtype)
             replace[out.name] = g.add_input(_fresh_name(taken, f"random_{len(specs)}"),
-                                            out.type, "random")
-            specs.append((node.op, dict(node.attrs), out.type))
+                                            drawn, "random")
+            specs.append((node.op, dict(node.attrs), drawn))
     g.nodes = keep
     g.set_outputs(map_structure(lambda v: replace.get(v.name, v), g.output_roles()))
     return verify_in_debug_mode(g), RandomInputs(specs)

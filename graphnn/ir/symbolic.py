@@ -521,6 +521,28 @@ def same_shape(a, b) -> bool:
     return len(a) == len(b) and all(same_size(x, y) for x, y in zip(a, b))
 
 
+def settled(size):
+    """A size with the symbols that equality guards replaced (``s2 == 16``) substituted: an
+    int when nothing symbolic is left. Records no guard."""
+    if not isinstance(size, Sym):
+        return size
+    env = _ACTIVE.get()
+    if env is None or not env.fixed:
+        return size
+    return _make(_substituted(size._poly, env.fixed), size.hint)
+
+
+def exact_quotient(a, b):
+    """``a / b`` when ``b`` divides ``a`` exactly for every size (ints, or a Sym over an int or
+    one term: ``8*s0 / 4 = 2*s0``), else None. Records no guard."""
+    if not isinstance(a, Sym) and not isinstance(b, Sym):
+        return a // b if b and a % b == 0 else None
+    if not isinstance(a, Sym):
+        return None
+    quotient = a._exact_quotient(b)
+    return None if quotient is None else _make(quotient, a.hint // hint_of(b))
+
+
 def hint_of(size) -> int:
     """A size's value in the compiling call (an int as it is): for statistics and reports,
     never for decisions."""

@@ -36,4 +36,4 @@ BACKEND = Backend(name="triton", version=BACKEND_VERSION, device=DEVICE,
                   kernel_kinds=frozenset(TEMPLATES),
                   native_ops=core_ops() | ELEMENTWISE_OPS | PIVOTS | GEMM_OPS | CONV_OPS
                   | ATTENTION_OPS | POOL_OPS,
-                  generate=generate, load=load)
+                  generate=generate, load=load, symbolic_sizes=True)

@@ -4,8 +4,9 @@ An attention unit holds one node, ``scaled_dot_product_attention(q, k, v[, mask]
 (``graphnn/ir/ops/attention.py``): q (..., Hq, T, D), k (..., Hkv, S, D), v (..., Hkv, S, Dv),
 batch dims broadcast, query head h reading kv head h // kv_groups, an optional bool or additive
 float mask broadcastable to the scores (..., Hq, T, S). Operands are C-contiguous (the wrapper
-makes them so) and shapes static, so sizes and strides are literals; a broadcast dim has stride
-0 (the mask's too, along T or S).
+makes them so); sizes and strides are literals, or in the forward expressions in the kernel's
+size arguments where they are symbolic (``kernels.size_text``: a key/value cache's growing S);
+a broadcast dim has stride 0 (the mask's too, along T or S).
 
 One program per ``BLOCK_M`` query rows of one batch entry (batch dims and query head). It loads
 its q rows once and walks the keys in ``BLOCK_N`` blocks with an online softmax: the scores
@@ -53,10 +54,11 @@ import numpy as np
 from graphnn.ir.dtypes import compute_np
 from graphnn.ir.ops.attention import NAME, seed_index
 from graphnn.ir.ops.attention_backward import BACKWARD, STATS
+from graphnn.ir.symbolic import same_size
 
 from .gemm import dot_precision
 from .kernels import (INT32_LIMIT, Blocks, KernelBody, Launch, aligned_strides, launch_of,
-                      next_pow2)
+                      next_pow2, programs, size_text)
 from .ops import ROUNDED, Unlowered, compute, divide, number
 from .random import uniform  # the rand kernel's uniform numbers
 
@@ -86,8 +88,8 @@ class Operands:
         live = [d for d in range(len(shape)) if shape[d] > 1]
         for i, d in enumerate(live):
             inner = math.prod(shape[e] for e in live[i + 1:])
-            index = flat if inner == 1 else f"({flat} // {inner})"
-            self.body.emit(f"b{d} = {index if i == 0 else f'{index} % {shape[d]}'}")
+            index = flat if same_size(inner, 1) else f"({flat} // {size_text(inner)})"
+            self.body.emit(f"b{d} = {index if i == 0 else f'{index} % {size_text(shape[d])}'}")
 
     def strides(self, value, grouped: bool) -> list:
         """``value``'s strides along the batch dims and its last two dims (0 where it
@@ -110,9 +112,9 @@ class Operands:
             if stride and self.batch[d] > 1:
                 index = f"(b{d} // {self.groups})" if grouped and d == head and \
                     self.groups > 1 else f"b{d}"
-                terms.append(f"{index} * {stride}")
+                terms.append(f"{index} * {size_text(stride)}")
         for index, stride in ((rows, strides[-2]), (cols, strides[-1])):
-            terms.append(index if stride == 1 else f"{index} * {stride}")
+            terms.append(index if same_size(stride, 1) else f"{index} * {size_text(stride)}")
         return " + ".join(terms)
 
     def row_offset(self, value, rows: str) -> str:
@@ -120,7 +122,8 @@ class Operands:
         target = self.batch + (self.t,)
         strides = aligned_strides(value.type.shape, target, list(range(len(target))),
                                   len(target))
-        terms = [f"b{d} * {st}" for d, st in enumerate(strides[:-1]) if st and self.batch[d] > 1]
+        terms = [f"b{d} * {size_text(st)}" for d, st in enumerate(strides[:-1])
+                 if st and self.batch[d] > 1]
         return " + ".join(terms + [rows])
 
     def load(self, value, rows: str, cols: str, mask: str, grouped: bool = False) -> str:
@@ -166,9 +169,9 @@ class Operands:
 
         def index(x: str) -> str:
             return f"{x}.to(tl.int64)" if wide else x
-        terms = [f"{index(f'b{d}')} * {math.prod(batch[d + 1:]) * t * s}"
+        terms = [f"{index(f'b{d}')} * {size_text(math.prod(batch[d + 1:]) * t * s)}"
                  for d in range(len(batch)) if batch[d] > 1]
-        flat = body.tmp(" + ".join(terms + [f"{index(row_vars)} * {s}", col_vars]))
+        flat = body.tmp(" + ".join(terms + [f"{index(row_vars)} * {size_text(s)}", col_vars]))
         seed = f"tl.load(in{self.unit.read_index(self.node.inputs[seed_index(attrs)])})"
         body.emit(f"r0, r1, r2, r3 = tl.randint4x({seed}, {flat})")
         drawn = uniform(body, ["r0", "r1"], dtype)
@@ -216,27 +219,28 @@ def block_sizes(ops: Operands, blocks: Blocks) -> dict:
             "BLOCK_D": head_block(ops.d), "BLOCK_E": head_block(ops.dv)}
 
 
-def query_program(ops: Operands, sizes: dict, program: str = "pid") -> int:
+def query_program(ops: Operands, sizes: dict, program: str = "pid"):
     """Emit the start of a program over ``BLOCK_M`` query rows of one batch entry
     (``program`` numbers it): ``tile``, the batch indices, ``rows``/``rmask``, the head-dim
-    ranges ``dq``/``dmask`` (q, k) and ``dv``/``emask`` (v); returns the number of programs."""
+    ranges ``dq``/``dmask`` (q, k) and ``dv``/``emask`` (v); returns the number of programs
+    (``kernels.programs``: an expression where a size is symbolic)."""
     body = ops.body
-    tiles = -(-ops.t // sizes["BLOCK_M"])
+    tiles = programs(ops.t, sizes["BLOCK_M"])
     body.emit(f"tile = {program} % {tiles}")
     body.emit(f"batch = {program} // {tiles}")
     ops.batch_indices("batch")
     body.emit(f"rows = tile * BLOCK_M + {body.arange('BLOCK_M')}")
-    body.emit(f"rmask = rows < {ops.t}")
+    body.emit(f"rmask = rows < {size_text(ops.t)}")
     head_ranges(ops)
-    return math.prod(ops.batch) * tiles
+    return programs(tiles, 1, math.prod(ops.batch))
 
 
 def head_ranges(ops: Operands) -> None:
     """Emit ``dq``/``dmask`` and ``dv``/``emask``: the padded head dims of q/k and v."""
     ops.body.emit(f"dq = {ops.body.arange('BLOCK_D')}")
-    ops.body.emit(f"dmask = dq < {ops.d}")
+    ops.body.emit(f"dmask = dq < {size_text(ops.d)}")
     ops.body.emit(f"dv = {ops.body.arange('BLOCK_E')}")
-    ops.body.emit(f"emask = dv < {ops.dv}")
+    ops.body.emit(f"emask = dv < {size_text(ops.dv)}")
 
 
 def key_loop(ops: Operands, q: str, acc_type: str) -> str:
@@ -244,10 +248,10 @@ def key_loop(ops: Operands, q: str, acc_type: str) -> str:
     against the q block ``q``; returns their variable. The caller closes the loop
     (``body.indent -= 1``)."""
     body, node = ops.body, ops.node
-    body.emit(f"for start in range(0, {ops.s}, BLOCK_N):")
+    body.emit(f"for start in range(0, {size_text(ops.s)}, BLOCK_N):")
     body.indent += 1
     body.emit(f"cols = start + {body.arange('BLOCK_N')}")
-    body.emit(f"cmask = cols < {ops.s}")
+    body.emit(f"cmask = cols < {size_text(ops.s)}")
     kt = ops.load(node.inputs[1], "cols[None, :]", "dq[:, None]",
                   "dmask[:, None] & cmask[None, :]", grouped=True)
     return ops.scores(q, kt, acc_type, "rows[:, None]", "cols[None, :]",

@@ -17,6 +17,12 @@ device tensors:
 - everything else (a kernel with an op no template lowers): EXTERN, the op's registry
   implementation on host arrays (download, run, upload).
 
+A graph with symbolic sizes (``compile(..., dynamic=True)``) makes a module whose
+``kernel(sizes)`` binds the size symbols and returns that kernel, with ``GUARDS`` (the guards
+its generation recorded); the jit functions of the templates that take symbolic sizes
+(``_writes_symbols``) have them as integer arguments, and the other units are generated at the
+compiling sizes, fixed by guards (``units.specialised``).
+
 The memory plan is not used yet: every write takes a fresh tensor, and a returned value that
 may share memory with an input, parameter or constant is cloned. The graph's text enters the
 module only through ``repr()`` (its constants and host ops are read back from it).
@@ -26,13 +32,17 @@ the multi-program and looped paths).
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 from pathlib import Path
 
 import numpy as np
 
+from graphnn.ir.ops.attention import NAME as ATTENTION
 from graphnn.ir.schedule import KernelKind
+from graphnn.ir.symbolic import Sym, current_env, graph_symbols, hinted, symbols_in
+from graphnn.ir.types import TensorType
 
 from . import kernels
 from .attention import attention
@@ -40,12 +50,12 @@ from .device import interpreted
 from .conv import conv
 from .gemm import gemm
 from .indexing import scatter_gather
-from .kernels import DEFAULT_BLOCKS, Unlowered
+from .kernels import DEFAULT_BLOCKS, Unlowered, size_arguments, size_text
 from .pool import max_pool2d
 from .random import random
 from .scan import scan
 from .multi_update import multi_update
-from .units import units
+from .units import settled_unit, specialised, units
 from ..source_text import comment_text
 
 
@@ -71,16 +81,23 @@ TEMPLATES = {KernelKind.POINTWISE: kernels.pointwise, KernelKind.REDUCTION: kern
              KernelKind.SCAN: scan}
 
 
+def _sizes(shape) -> str:
+    """A shape (ints and symbolic sizes) as a wrapper tuple expression (``repr``'s form for
+    numbers)."""
+    items = [size_text(s) for s in shape]
+    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+
+
 def _view(node, x: str) -> str:
     """The torch expression of a view node applied to the tensor ``x``."""
     attrs = node.attrs
     if node.op == "reshape":
-        return f"{x}.reshape({tuple(int(s) for s in attrs['shape'])!r})"
+        return f"{x}.reshape({_sizes(attrs['shape'])})"
     if node.op == "permute":
         return f"{x}.permute({tuple(int(d) for d in attrs['dims'])!r})"
     if node.op == "expand":
-        return f"{x}.expand({tuple(int(s) for s in attrs['shape'])!r})"
-    parts = [f"{int(a)}:{int(b)}:{int(c)}"
+        return f"{x}.expand({_sizes(attrs['shape'])})"
+    parts = [f"{size_text(a)}:{size_text(b)}:{int(c)}"
              for a, b, c in zip(attrs["starts"], attrs["stops"], attrs["steps"])]
     return f"{x}[{', '.join(parts)}{',' if len(parts) == 1 else ''}]" if parts else x
 
@@ -102,8 +119,8 @@ def _filler(value, dtype) -> str:
 def _fill(node) -> str:
     """The torch source of a ``full`` node (its value converted by ``_filler``)."""
     dtype = node.attrs["dtype"]
-    shape = tuple(int(s) for s in node.attrs["shape"])
-    return f"_rt.full({shape!r}, {_filler(node.attrs['value'], dtype)}, {dtype.name!r})"
+    return (f"_rt.full({_sizes(node.attrs['shape'])}, {_filler(node.attrs['value'], dtype)}, "
+            f"{dtype.name!r})")
 
 
 def _cat(node, name) -> str:
@@ -123,9 +140,43 @@ def _slice_scatter(node, name) -> str | None:
     attrs = node.attrs
     if any(int(c) <= 0 for c in attrs["steps"]):
         return None
-    key = "".join(f"slice({int(a)}, {int(b)}, {int(c)}), "
+    key = "".join(f"slice({size_text(a)}, {size_text(b)}, {int(c)}), "
                   for a, b, c in zip(attrs["starts"], attrs["stops"], attrs["steps"]))
     return f"_rt.slice_scatter({name(node.inputs[0])}, {name(node.inputs[1])}, ({key}))"
+
+
+def _writes_symbols(unit) -> bool:
+    """Whether ``unit``'s template writes symbolic sizes as expressions: the pointwise,
+    reduction (``kernels.py``) and GEMM templates, the attention forward and the indexing
+    reads (``gather``, ``index``: embedding lookups). The others are given the unit with every
+    size fixed (``units.specialised``: guarded)."""
+    op = unit.nodes[0].op if len(unit.nodes) == 1 else None
+    return unit.kind in (KernelKind.POINTWISE, KernelKind.REDUCTION, KernelKind.GEMM) or \
+        (unit.kind is KernelKind.ATTENTION and op == ATTENTION) or \
+        (unit.kind is KernelKind.SCATTER_GATHER and op in ("gather", "index"))
+
+
+def _text_at_hints(graph) -> str:
+    """The graph's text (what the module parses back for its host ops, constants and output
+    structure) with every symbolic size at its value in the compiling call: the host ops read
+    their types and attributes there, and every node run on the host had its sizes fixed to
+    those values (``units.specialised``)."""
+    if not graph_symbols(graph):
+        return str(graph)
+    copied = copy.deepcopy(graph)
+    for v in copied.values():
+        v.type = TensorType(hinted(v.type.shape), v.type.dtype)
+    for node in copied.nodes:
+        node.attrs = {k: _at_hints(a) for k, a in node.attrs.items()}
+    return str(copied)
+
+
+def _at_hints(value):
+    if isinstance(value, Sym):
+        return value.hint
+    if isinstance(value, (tuple, list)) and symbols_in(value):
+        return type(value)(_at_hints(v) for v in value)
+    return value
 
 
 # ops whose kernel of their own is a torch copy on the device (no template): node, the
@@ -178,33 +229,37 @@ class _Module:
             return
         make = TEMPLATES.get(unit.kind)
         if make is not None:
+            sized = settled_unit(unit) if _writes_symbols(unit) else specialised(unit)
             try:
-                launch = make(f"_{unit.name}", unit, self.blocks, self.interpreter_form)
+                launch = make(f"_{unit.name}", sized, self.blocks, self.interpreter_form)
             except Unlowered as why:
                 self.body.append(f"# on the host: no Triton template for {comment_text(str(why))}")
             else:
-                return self._launch(unit, launch)
+                return self._launch(sized, launch)
         self._host(unit)
 
     def _launch(self, unit, launch) -> None:
         self.functions.append(launch.source)
         self.signatures[f"_{unit.name}"] = (launch.signature, launch.blocks)
         for v in unit.writes:
-            self.emit(f"{self.name(v)} = _rt.empty({tuple(v.type.shape)!r}, "
+            self.emit(f"{self.name(v)} = _rt.empty({_sizes(v.type.shape)}, "
                       f"{v.type.dtype.name!r})", v)
         args = [f"{self.name(v)}.contiguous()" for v in unit.reads] + \
-               [self.name(v) for v in unit.writes]
+               [self.name(v) for v in unit.writes] + size_arguments(unit)
         args += [f"{k}={n}" for k, n in {**launch.blocks, **launch.options}.items()]
         if launch.options:
             self.options[f"_{unit.name}"] = launch.options
         for position, size, op, dim in launch.index_checks:
             self.body.append(f"_rt.check_indices({self.name(unit.reads[position])}, "
-                             f"{int(size)}, {op!r}, {int(dim)})")
+                             f"{size_text(size)}, {op!r}, {int(dim)})")
         if launch.grid:
             self.body.append(f"_{unit.name}[({launch.grid},)]({', '.join(args)})")
 
     def _host(self, unit) -> None:
-        """The unit's nodes on host arrays: reads downloaded once, writes uploaded once."""
+        """The unit's nodes on host arrays: reads downloaded once, writes uploaded once. Each
+        node runs with the types and attributes of the module's GRAPH, at the compiling sizes,
+        to which ``specialised`` fixes its symbolic sizes (guards)."""
+        specialised(unit)
         host = {}
         for v in unit.reads:
             host[v.name] = f"h{self.name(v)[1:]}"
@@ -250,6 +305,7 @@ def generate(schedule, plan=None, kernel_id=None, blocks=DEFAULT_BLOCKS,
     for unit in units(schedule):
         m.unit(unit)
     m.body.append(m.result())
+    symbols = sorted(graph_symbols(graph), key=lambda name: (len(name), name))
     form = "interpreter" if m.interpreter_form else "GPU"
     lines = [f'"""graphnn Triton kernels ({len(graph.nodes)} nodes, {form} form; backend '
              f'{BACKEND_VERSION})."""',
@@ -259,7 +315,7 @@ def generate(schedule, plan=None, kernel_id=None, blocks=DEFAULT_BLOCKS,
              "",
              "from graphnn.codegen.triton import support as _rt",
              "",
-             f"GRAPH = _rt.parse_graph({str(graph)!r})",
+             f"GRAPH = _rt.parse_graph({_text_at_hints(graph)!r})",
              "CONSTANTS = _rt.Constants(GRAPH)"]
     lines += m.header
     for fn in m.functions:
@@ -268,6 +324,22 @@ def generate(schedule, plan=None, kernel_id=None, blocks=DEFAULT_BLOCKS,
               f"SIGNATURES = {m.signatures!r}",
               "# launch options (warps, stages, fp fusion) of the jit functions that set them",
               f"LAUNCH_OPTIONS = {m.options!r}"]
-    lines += ["", "", "def kernel(inputs, params, buffers):"]
-    lines += ["    " + line for line in m.body]
+    if not symbols:
+        lines += ["", "", "def kernel(inputs, params, buffers):"]
+        lines += ["    " + line for line in m.body]
+        return "\n".join(lines) + "\n"
+    # symbolic sizes: ``kernel(sizes)`` makes the kernel for one binding of the symbols (the
+    # jit functions take them as arguments); GUARDS, the compilation's guards once every unit
+    # is generated (fixing a size records one), go with the source, so that a cache hit,
+    # which generates nothing, records them too
+    env = current_env()
+    guards = tuple((g.poly, g.relation) for g in env.guards) if env is not None else ()
+    lines += ["# the guards the sizes met when this was generated (a relation of a polynomial "
+              "to 0)", f"GUARDS = {guards!r}",
+              "", "", "def kernel(sizes):",
+              '    """The kernel for the size symbols\' values ``sizes`` (name -> int)."""',
+              f"    {', '.join(symbols)}, = {', '.join(f'sizes[{n!r}]' for n in symbols)},",
+              "", "    def run(inputs, params, buffers):"]
+    lines += ["        " + line for line in m.body]
+    lines += ["    return run"]
     return "\n".join(lines) + "\n"

@@ -3,16 +3,17 @@
 A GEMM unit holds one node: ``matmul(a, b)`` with PyTorch's rules (a 1-D ``a`` is one row, a
 1-D ``b`` one column, batch dims broadcast), or ``matmul_epilogue(a, b[, bias][, residual])``,
 ``act(a @ b + bias + residual)`` (``graphnn/ir/ops/epilogue.py``). Operands are C-contiguous
-(the wrapper makes them so), shapes static, so sizes and strides are literals.
+(the wrapper makes them so); sizes and strides are literals, or expressions in the kernel's
+size arguments where they are symbolic (``kernels.size_text``).
 
-One program per ``BLOCK_M x BLOCK_N`` tile of one batch entry's ``M x N`` result (with many
-row tiles, in groups of ``GROUP_M`` row tiles walked column by column: programs running
-together share operand tiles in the L2 cache); it loops over ``K`` in ``BLOCK_K`` steps,
-loading masked tiles (0 outside the operands, so ragged M, N and K add nothing; a dim that is
-a multiple of its block has no mask) and accumulating ``tl.dot`` in float32 (float64 for
-float64). The epilogue adds the bias (over the last dim), the residual, applies the activation
-through the elementwise table (``ops.py``) and stores once, rounded to 16 bits for 16-bit
-results as the reference rounds them. ``interpreter_form`` upcasts 16-bit loads (the
+One program per ``BLOCK_M x BLOCK_N`` tile of one batch entry's ``M x N`` result (with many row
+tiles, in groups of ``GROUP_M`` row tiles walked column by column: programs running together
+share operand tiles in the L2 cache); it loops over ``K`` in ``BLOCK_K`` steps, loading masked
+tiles (0 outside the operands, so ragged M, N and K add nothing; a dim that is a multiple of its
+block has no mask, a symbolic one always has one) and accumulating ``tl.dot`` in float32
+(float64 for float64). The epilogue adds the bias (over the last dim), the residual, applies the
+activation through the elementwise table (``ops.py``) and stores once, rounded to 16 bits for
+16-bit results as the reference rounds them. ``interpreter_form`` upcasts 16-bit loads (the
 interpreter's bfloat16 arithmetic is wrong).
 
 float32 products follow ``graphnn.set_float32_matmul_precision`` as PyTorch's do:
@@ -39,10 +40,11 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from graphnn.ir.ops.epilogue import ACTIVATION_OPS
+from graphnn.ir.symbolic import Sym, hinted, same_size
 
 from .autotune import Config, choose, gpu_available, time_launch
 from .kernels import DEFAULT_BLOCKS, Blocks, KernelBody, Launch, aligned_strides, launch_of, \
-    next_pow2
+    next_pow2, product_text, programs, size_text
 from .ops import Unlowered, compute, lower
 
 GEMM_OPS = frozenset({"matmul", "matmul_epilogue"})
@@ -69,7 +71,8 @@ def _batch_offset(shape, batch, matrix: int) -> str:
     shape) in a C-contiguous array of shape ``shape + (matrix-sized matrices)``, as a prefix
     ending in `` + `` (empty when it is 0); broadcast dims add nothing."""
     strides = aligned_strides(shape, batch, list(range(len(batch))), len(batch))
-    terms = [f"b{d} * {s * matrix} + " for d, s in enumerate(strides) if s and batch[d] > 1]
+    terms = [f"b{d} * {size_text(s * matrix)} + " for d, s in enumerate(strides)
+             if s and batch[d] > 1]
     return "".join(terms)
 
 
@@ -184,52 +187,55 @@ def _mask(*parts: str | None) -> str | None:
     return " & ".join(p for p in parts if p) or None
 
 
-def _tile_indices(body: KernelBody, tiles_m: int, tiles_n: int) -> None:
+def _tile_indices(body: KernelBody, tiles_m, tiles_n) -> None:
     """Emit ``tm`` and ``tn``, the row and column tile of ``tile`` (the program's index among
-    ``tiles_m x tiles_n``): row-major, or with more than ``GROUP_M`` row tiles in groups of
+    ``tiles_m x tiles_n``, ints or ``kernels.programs`` expressions): row-major, or with
+    more than ``GROUP_M`` row tiles (or a number of them known at launch only) in groups of
     ``GROUP_M`` rows walked column by column, so that the programs running at once share the
     operands' tiles in the L2 cache. Each tile is computed alike whichever program takes it."""
-    if tiles_m <= GROUP_M or tiles_n == 1:
-        body.emit(f"tm = tile // {tiles_n}")
-        body.emit(f"tn = tile % {tiles_n}")
+    if isinstance(tiles_m, int) and (tiles_m <= GROUP_M or tiles_n == 1):
+        body.emit(f"tm = tile // {product_text(tiles_n)}")
+        body.emit(f"tn = tile % {product_text(tiles_n)}")
         return
-    body.emit(f"first = (tile // {GROUP_M * tiles_n}) * {GROUP_M}")
-    body.emit(f"rows_in_group = tl.minimum({tiles_m} - first, {GROUP_M})")
-    body.emit(f"tm = first + (tile % {GROUP_M * tiles_n}) % rows_in_group")
-    body.emit(f"tn = (tile % {GROUP_M * tiles_n}) // rows_in_group")
+    group = product_text(GROUP_M, tiles_n)
+    body.emit(f"first = (tile // ({group})) * {GROUP_M}")
+    body.emit(f"rows_in_group = tl.minimum({product_text(tiles_m)} - first, {GROUP_M})")
+    body.emit(f"tm = first + (tile % ({group})) % rows_in_group")
+    body.emit(f"tn = (tile % ({group})) // rows_in_group")
 
 
 def _source(name: str, unit, g: _Gemm, config: Config, interpreter_form: bool) -> Launch:
     """The kernel of ``g`` with ``config``'s blocks; a dim that is a multiple of its block
-    needs no mask (its tiles are all inside)."""
+    needs no mask (its tiles are all inside); a symbolic dim always has one."""
     block = dict(config.blocks)
     m, k, n, batch = g.m, g.k, g.n, g.batch
-    tiles_m, tiles_n = -(-m // block["BLOCK_M"]), -(-n // block["BLOCK_N"])
+    tiles_m, tiles_n = programs(m, block["BLOCK_M"]), programs(n, block["BLOCK_N"])
+    tiles = product_text(tiles_m, tiles_n)
     body = KernelBody(interpreter_form, unit)
     body.emit(f"pid = {body.program()}")
-    body.emit(f"tile = pid % {tiles_m * tiles_n}")
-    body.emit(f"batch = pid // {tiles_m * tiles_n}")
+    body.emit(f"tile = pid % ({tiles})")
+    body.emit(f"batch = pid // ({tiles})")
     live = [d for d in range(len(batch)) if batch[d] > 1]
     for i, d in enumerate(live):
         inner = math.prod(batch[e] for e in live[i + 1:])
-        index = "batch" if inner == 1 else f"(batch // {inner})"
-        body.emit(f"b{d} = {index if i == 0 else f'{index} % {batch[d]}'}")
+        index = "batch" if same_size(inner, 1) else f"(batch // {size_text(inner)})"
+        body.emit(f"b{d} = {index if i == 0 else f'{index} % {size_text(batch[d])}'}")
     _tile_indices(body, tiles_m, tiles_n)
     body.emit("rows = tm * BLOCK_M + tl.arange(0, BLOCK_M)")
     body.emit("cols = tn * BLOCK_N + tl.arange(0, BLOCK_N)")
     rmask = cmask = kmask = None
-    if m % block["BLOCK_M"]:
-        body.emit(f"rmask = rows < {m}")
+    if _ragged(m, block["BLOCK_M"]):
+        body.emit(f"rmask = rows < {size_text(m)}")
         rmask = "rmask"
-    if n % block["BLOCK_N"]:
-        body.emit(f"cmask = cols < {n}")
+    if _ragged(n, block["BLOCK_N"]):
+        body.emit(f"cmask = cols < {size_text(n)}")
         cmask = "cmask"
     body.emit(f"acc = tl.zeros([BLOCK_M, BLOCK_N], {g.acc_type})")
-    body.emit(f"for start in range(0, {k}, BLOCK_K):")
+    body.emit(f"for start in range(0, {size_text(k)}, BLOCK_K):")
     body.indent += 1
     body.emit(f"ks = start + {body.arange('BLOCK_K')}")
-    if k % block["BLOCK_K"]:
-        body.emit(f"kmask = ks < {k}")
+    if _ragged(k, block["BLOCK_K"]):
+        body.emit(f"kmask = ks < {size_text(k)}")
         kmask = "kmask"
 
     def rows_of(mask):
@@ -238,16 +244,16 @@ def _source(name: str, unit, g: _Gemm, config: Config, interpreter_form: bool) -
     def cols_of(mask):
         return mask and f"{mask}[None, :]"
     a_tile = body.load(f"in{unit.read_index(g.a)}",
-                       f"{_batch_offset(g.a2[:-2], batch, m * k)}rows[:, None] * {k} + "
+                       f"{_batch_offset(g.a2[:-2], batch, m * k)}rows[:, None] * {size_text(k)} + "
                        f"ks[None, :]", _mask(rows_of(rmask), cols_of(kmask)), g.a.type.dtype)
     b_tile = body.load(f"in{unit.read_index(g.b)}",
-                       f"{_batch_offset(g.b2[:-2], batch, k * n)}ks[:, None] * {n} + "
+                       f"{_batch_offset(g.b2[:-2], batch, k * n)}ks[:, None] * {size_text(n)} + "
                        f"cols[None, :]", _mask(rows_of(kmask), cols_of(cmask)), g.b.type.dtype)
     body.emit(f"acc = tl.dot({a_tile}, {b_tile}, acc, out_dtype={g.acc_type}"
               f"{dot_precision(g.acc_type)})")
     body.indent -= 1
     out = g.node.outputs[0]
-    out_offset = f"batch * {m * n} + rows[:, None] * {n} + cols[None, :]"
+    out_offset = f"batch * {size_text(m * n)} + rows[:, None] * {size_text(n)} + cols[None, :]"
     mask = _mask(rows_of(rmask), cols_of(cmask))
     z = "acc"
     if g.bias is not None:
@@ -259,8 +265,14 @@ def _source(name: str, unit, g: _Gemm, config: Config, interpreter_form: bool) -
         z = body.tmp(f"{z} + {body.cast(v, g.acc_type, g.acc_type)}")
     z = _activate(body, g.node.attrs.get("activation", "none"), z, out)
     body.store("out0", out_offset, z, mask, out.type.dtype)
-    grid = math.prod(batch) * tiles_m * tiles_n
+    grid = product_text(math.prod(batch), tiles_m, tiles_n)
     return launch_of(name, unit, body, grid, block, launch_options(config))
+
+
+def _ragged(size, block: int) -> bool:
+    """Whether a dim's last block may be partly outside it: a symbolic size, or a number that
+    is not a multiple of the block."""
+    return isinstance(size, Sym) or size % block != 0
 
 
 def gemm(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
@@ -271,11 +283,14 @@ def gemm(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     g = _gemm_of(unit)
     candidates = _candidates(g, blocks)
     empty = math.prod(g.batch) * g.m * g.n * g.k == 0
-    timed = not interpreter_form and blocks == DEFAULT_BLOCKS and not empty and gpu_available()
+    symbolic = any(isinstance(d, Sym) for d in (*g.batch, g.m, g.k, g.n))
+    timed = not interpreter_form and blocks == DEFAULT_BLOCKS and not empty and \
+        not symbolic and gpu_available()
 
     def bench(config):
         return time_launch(_source(name, unit, g, config, False), unit, config)
-    key = {"a": [list(g.a2), g.a.type.dtype.name], "b": [list(g.b2), g.b.type.dtype.name],
+    key = {"a": [list(hinted(g.a2)), g.a.type.dtype.name],
+           "b": [list(hinted(g.b2)), g.b.type.dtype.name],
            "out": g.node.outputs[0].type.dtype.name,
            "input_precision": _INPUT_PRECISION.get() if g.acc_type == "tl.float32" else None}
     config = choose("gemm", key, candidates, bench if timed else None)

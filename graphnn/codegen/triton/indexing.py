@@ -5,7 +5,8 @@ Each op is described as a ``_Space``: the space ``P`` of the positions it visits
 shape for ``gather``/``scatter_add``, the indexed shape for ``index``/``index_put``), for each
 dim of ``P`` the dim of the indexed tensor (``base``) it walks or None (a dim of the index
 tensors), and the index tensors with the dim of ``base`` each addresses. Every tensor is
-C-contiguous (the wrapper makes reads so), shapes are literals.
+C-contiguous (the wrapper makes reads so), shapes are literals (symbolic sizes, for the reads:
+expressions in the kernel's size arguments).
 
 - Reads (``gather``, ``index``): one program per ``BLOCK`` of ``P``; each position loads its
   indices, then the element of ``base`` they address, and stores it.
@@ -33,8 +34,10 @@ import math
 from dataclasses import dataclass
 
 from graphnn.ir.ops.shape_rules import broadcast_shapes
+from graphnn.ir.symbolic import same_size
 
-from .kernels import Blocks, KernelBody, Launch, aligned_strides, launch_of, next_pow2
+from .kernels import Blocks, KernelBody, Launch, aligned_strides, launch_of, next_pow2, \
+    programs, size_text
 from .ops import ROUNDED, Unlowered, compute
 from .pool import load_computed, max_pool2d_backward
 
@@ -52,14 +55,14 @@ def coordinates(body, lin: str, shape, names) -> None:
     ``lin`` (a scalar or a block)."""
     for d, (size, name) in enumerate(zip(shape, names)):
         inner = math.prod(shape[d + 1:])
-        expr = lin if inner == 1 else f"({lin} // {inner})"
-        body.emit(f"{name} = {expr if d == 0 else f'{expr} % {size}'}")
+        expr = lin if same_size(inner, 1) else f"({lin} // {size_text(inner)})"
+        body.emit(f"{name} = {expr if d == 0 else f'{expr} % {size_text(size)}'}")
 
 
 def _offset(strides, names) -> str:
     """``names`` times ``strides`` summed (``zero``, the kernel's block of zeros, when every
     stride is 0: a load's offset must be a block)."""
-    terms = [f"{n} * {s}" for n, s in zip(names, strides) if s]
+    terms = [f"{n} * {size_text(s)}" for n, s in zip(names, strides) if s]
     return " + ".join(terms) or "zero"
 
 
@@ -78,10 +81,10 @@ class _Space:
         """The offset in ``base`` of the position whose P coordinates are ``names`` and whose
         (normalized) indices are ``index_vars``."""
         strides = _strides(self.base)
-        terms = [f"{n} * {strides[e]}" for n, e in zip(names, self.walks)
+        terms = [f"{n} * {size_text(strides[e])}" for n, e in zip(names, self.walks)
                  if e is not None and strides[e] and self.base[e] > 1]
-        terms += [f"{v} * {strides[d]}" for v, (_, d, _) in zip(index_vars, self.indices)
-                  if strides[d]]
+        terms += [f"{v} * {size_text(strides[d])}"
+                  for v, (_, d, _) in zip(index_vars, self.indices) if strides[d]]
         return " + ".join(terms) or "zero"
 
 
@@ -126,7 +129,7 @@ def _load_indices(body, unit, space, names, mask) -> tuple:
     for k, (value, d, strides) in enumerate(space.indices):
         var = body.tmp(f"tl.load(in{unit.read_index(value)} + {_offset(strides, names)}, "
                        f"mask={mask}, other=0).to(tl.int64)")  # narrow ones would overflow
-        size = space.base[d]
+        size = size_text(space.base[d])
         body.emit(f"ix{k} = tl.where({var} < 0, {var} + {size}, {var})")
         body.emit(f"ok{k} = {ok} & (ix{k} >= 0) & (ix{k} < {size})")
         variables.append(f"ix{k}")
@@ -135,11 +138,12 @@ def _load_indices(body, unit, space, names, mask) -> tuple:
 
 
 def _read(name, unit, space, x, blocks, interpreter_form) -> Launch:
-    """A gather-like read of ``x`` over ``space`` (see the module docstring)."""
+    """A gather-like read of ``x`` over ``space`` (see the module docstring); symbolic sizes
+    are written as expressions (``kernels.size_text``)."""
     numel = math.prod(space.shape)
     body = KernelBody(interpreter_form, unit)
     body.emit(f"offs = {body.program()} * BLOCK + tl.arange(0, BLOCK)")
-    body.emit(f"mask = offs < {numel}")
+    body.emit(f"mask = offs < {size_text(numel)}")
     body.emit("zero = offs * 0")
     names = [f"p{k}" for k in range(len(space.shape))]
     coordinates(body, "offs", space.shape, names)
@@ -148,7 +152,7 @@ def _read(name, unit, space, x, blocks, interpreter_form) -> Launch:
                       x.type.dtype, 0)
     body.store("out0", "offs", v, "mask", unit.nodes[0].outputs[0].type.dtype)
     block = min(next_pow2(numel), blocks.pointwise)
-    return launch_of(name, unit, body, -(-numel // block), {"BLOCK": block})
+    return launch_of(name, unit, body, programs(numel, block), {"BLOCK": block})
 
 
 def _converted(var, src, dst) -> str:

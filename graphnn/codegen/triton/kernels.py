@@ -1,9 +1,17 @@
 """The ``@triton.jit`` source of pointwise and reduction kernels.
 
 A kernel is a ``Unit`` (``units.py``): nodes, the values it reads (device tensors made
-C-contiguous by the wrapper) and the values it writes (fresh contiguous tensors). Shapes are
-static, so sizes and strides are literals in the source; broadcasting is a zero stride, and
-every load and store is masked (the interpreter does not catch out-of-bounds accesses).
+C-contiguous by the wrapper) and the values it writes (fresh contiguous tensors). Sizes and
+strides are literals in the source; broadcasting is a zero stride, and every load and store is
+masked (the interpreter does not catch out-of-bounds accesses).
+
+Symbolic sizes (``compile(..., dynamic=True)``: a dim may be an ``ir.symbolic.Sym``): the
+pointwise and reduction templates (and the GEMM, attention-forward and indexing-read ones,
+with the helpers here) write a symbolic size as an expression in its symbols (``size_text``),
+which the jit function takes as integer arguments (``size_arguments``), and the grid as an
+expression the module evaluates at launch (``programs``); block sizes are chosen on the
+compiling call's sizes (any block is correct: every access is masked), and a reduction over a
+symbolic size loops over column blocks (a persistent one would need the size bounded).
 
 - Pointwise: one program per ``BLOCK`` of the flattened iteration space ``S`` (the largest
   result shape); each dim's index comes from the flat offset by division and remainder.
@@ -28,6 +36,7 @@ import numpy as np
 
 from graphnn.ir.ops.shape_rules import normalize_dims
 from graphnn.ir.registry import OpGroup, get_op
+from graphnn.ir.symbolic import Sym, exact_quotient, hint_of, same_size, symbols_in
 
 from .ops import ROUNDED, Unlowered, compute, divide, lower, square_root
 from ..source_text import comment_text
@@ -60,8 +69,61 @@ SMALL_BLOCKS = Blocks(pointwise=16, row=8, loop=8, tile=16, gemm=16, gemm_k=16, 
                       attention_n=16)
 
 
-def next_pow2(n: int) -> int:
+def next_pow2(n) -> int:
+    """The least power of two at least ``n`` (a symbolic size: at its compiling value, so the
+    choice records no guard)."""
+    n = hint_of(n)
     return 1 << max(0, (max(n, 1) - 1).bit_length())
+
+
+def size_text(size) -> str:
+    """A size as kernel or wrapper source: an int's digits, or a symbolic size's expression in
+    its symbols, parenthesised unless it is one symbol (so ``x // (4*s0)`` and ``x % (s0+1)``
+    keep their meaning)."""
+    if not isinstance(size, Sym):
+        return str(int(size))
+    text = str(size)
+    return text if text.isidentifier() else f"({text})"
+
+
+def programs(count, block: int = 1, times=1):
+    """The number of blocks of ``block`` items covering ``count`` items, times ``times``: an
+    int, or where a count is symbolic (or an expression already) an expression valid both in
+    the wrapper (the grid, evaluated at launch) and in a jit function (no guard; sizes are
+    never negative, so the rounding up needs no floor division of negatives)."""
+    if not isinstance(count, (Sym, str)) and not isinstance(times, (Sym, str)):
+        return -(-int(count) // block) * int(times)
+    text = count if isinstance(count, str) else size_text(count)
+    blocks = text if block == 1 else f"(({text} + {block - 1}) // {block})"
+    if isinstance(times, int) and times == 1:
+        return blocks
+    return f"{times if isinstance(times, str) else size_text(times)} * {blocks}"
+
+
+def product_text(*factors):
+    """The product of sizes, of ``programs`` counts or of both: an int, or an expression with
+    each factor that is not a number parenthesised (so it stays whole after ``%`` or
+    ``//``)."""
+    if not any(isinstance(f, (Sym, str)) for f in factors):
+        return math.prod(int(f) for f in factors)
+    number = math.prod(int(f) for f in factors if not isinstance(f, (Sym, str)))
+    texts = [f"({f})" if isinstance(f, str) else size_text(f) for f in factors
+             if isinstance(f, (Sym, str))]
+    return " * ".join(([str(number)] if number != 1 else []) + texts)
+
+
+def size_arguments(unit) -> list:
+    """The size symbols ``unit``'s values and attributes name, in order: the jit function's
+    integer arguments (none when every size is a number)."""
+    named = set()
+    for node in unit.nodes:
+        for v in [*node.inputs, *node.outputs]:
+            named |= symbols_in(v.type.shape)
+        for a in node.attrs.values():
+            named |= symbols_in(a)
+    for v in [*unit.reads, *unit.writes]:
+        named |= symbols_in(v.type.shape)
+    return sorted(named, key=lambda name: (len(name), name))
 
 
 def _contiguous_strides(shape) -> list:
@@ -184,8 +246,8 @@ def _indices(body, lin, prefix, dims, shape) -> None:
     live = [d for d in dims if shape[d] > 1]
     for k, d in enumerate(live):
         inner = math.prod(shape[e] for e in live[k + 1:])
-        expr = lin if inner == 1 else f"({lin} // {inner})"
-        body.emit(f"{prefix}{d} = {expr if k == 0 else f'{expr} % {shape[d]}'}")
+        expr = lin if same_size(inner, 1) else f"({lin} // {size_text(inner)})"
+        body.emit(f"{prefix}{d} = {expr if k == 0 else f'{expr} % {size_text(shape[d])}'}")
 
 
 def _offset(strides, lin, prefix, dims, shape) -> str:
@@ -197,11 +259,10 @@ def _offset(strides, lin, prefix, dims, shape) -> str:
         return f"{lin} * 0"
     inner = {d: math.prod(shape[e] for e in dims if e > d and shape[e] > 1)
              for d in dims if shape[d] > 1}
-    unit = strides[live[-1]] // inner[live[-1]] if strides[live[-1]] % inner[live[-1]] == 0 \
-        else 0
-    if unit and all(strides[d] == unit * inner[d] for d in inner):
-        return lin if unit == 1 else f"{lin} * {unit}"
-    return " + ".join(f"{prefix}{d} * {strides[d]}" for d in live)
+    unit = exact_quotient(strides[live[-1]], inner[live[-1]])
+    if unit is not None and all(same_size(strides[d], unit * inner[d]) for d in inner):
+        return lin if same_size(unit, 1) else f"{lin} * {size_text(unit)}"
+    return " + ".join(f"{prefix}{d} * {size_text(strides[d])}" for d in live)
 
 
 def _comment(value) -> str:
@@ -211,7 +272,8 @@ def _comment(value) -> str:
 def _header(name, unit, constexprs) -> list:
     """The decorator, the ``def`` line and one comment line per pointer argument."""
     args = [f"in{i}" for i in range(len(unit.reads))] + \
-        [f"out{i}" for i in range(len(unit.writes))] + [f"{c}: tl.constexpr" for c in constexprs]
+        [f"out{i}" for i in range(len(unit.writes))] + size_arguments(unit) + \
+        [f"{c}: tl.constexpr" for c in constexprs]
     lines = ["@triton.jit", f"def {name}({', '.join(args)}):"]
     lines += [f"    # in{i} {_comment(v)}" for i, v in enumerate(unit.reads)]
     lines += [f"    # out{i} {_comment(v)}" for i, v in enumerate(unit.writes)]
@@ -248,6 +310,7 @@ def launch_of(name, unit, body, grid, blocks, options=None) -> Launch:
     signature = {f"in{i}": POINTER_TYPES[v.type.dtype.name] for i, v in enumerate(unit.reads)}
     signature.update({f"out{i}": POINTER_TYPES[v.type.dtype.name]
                       for i, v in enumerate(unit.writes)})
+    signature.update({symbol: "i32" for symbol in size_arguments(unit)})
     signature.update({k: "constexpr" for k in blocks})
     source = "\n".join(_header(name, unit, list(blocks)) + body.lines)
     return Launch(source, grid, blocks, signature, options={**(options or {}), **body.options})
@@ -267,7 +330,7 @@ def pointwise_body(body: KernelBody, unit, program: str, pointers: dict) -> int:
     ndim, numel = len(shape), math.prod(shape)
     dims = list(range(ndim))
     body.emit(f"offs = {program} * BLOCK + tl.arange(0, BLOCK)")
-    body.emit(f"mask = offs < {numel}")
+    body.emit(f"mask = offs < {size_text(numel)}")
     _indices(body, "offs", "i", dims, shape)
     where = {}
 
@@ -304,7 +367,7 @@ def pointwise(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch
     pointers.update({v.name: f"out{k}" for k, v in enumerate(unit.writes)})
     numel = pointwise_body(body, unit, body.program(), pointers)
     block = min(next_pow2(numel), blocks.pointwise)
-    return launch_of(name, unit, body, -(-numel // block), {"BLOCK": block})
+    return launch_of(name, unit, body, programs(numel, block), {"BLOCK": block})
 
 
 # ---- reductions ------------------------------------------------------------------------------
@@ -340,8 +403,9 @@ class _Reduction:
         keepdim = attrs.get("keepdim", False)
         self.row_target = tuple(pivot.outputs[0].type.shape)
         self.row_dims = list(range(ndim)) if keepdim else self.kept
-        self.persistent = next_pow2(self.cols) <= blocks.row
-        self.block_c = next_pow2(self.cols) if self.persistent else blocks.loop
+        self.persistent = not isinstance(self.cols, Sym) and next_pow2(self.cols) <= blocks.row
+        self.block_c = next_pow2(self.cols) if self.persistent else \
+            min(blocks.loop, next_pow2(self.cols))
         self.block_r = max(1, min(next_pow2(self.rows), blocks.tile // self.block_c))
         self.body = KernelBody(interpreter_form, unit)
         self.acc_type = compute(pivot.outputs[0].type.dtype)
@@ -450,10 +514,10 @@ class _Reduction:
         if self.persistent:
             body.emit(f"cols = {body.arange('BLOCK_C')}")
         else:
-            body.emit(f"for start in range(0, {self.cols}, BLOCK_C):")
+            body.emit(f"for start in range(0, {size_text(self.cols)}, BLOCK_C):")
             body.indent += 1
             body.emit(f"cols = start + {body.arange('BLOCK_C')}")
-        body.emit(f"mask = rmask[:, None] & (cols < {self.cols})[None, :]")
+        body.emit(f"mask = rmask[:, None] & (cols < {size_text(self.cols)})[None, :]")
         _indices(body, "cols", "c", self.reduced, self.shape)
         self.full_vars = {}
         self.columns_open = True
@@ -495,17 +559,26 @@ def _masked(v):
     return f"tl.where(mask, {v}, 0)"
 
 
+def _count(r: _Reduction, count, name: str) -> str:
+    """A divisor of ``count`` elements as an expression in the accumulation dtype: a float
+    literal, or for a symbolic count a per-row variable ``name`` holding it."""
+    if not isinstance(count, Sym):
+        return repr(float(count))
+    r.body.emit(f"{name} = tl.full([BLOCK_R], {size_text(count)}, {r.acc_type})")
+    return name
+
+
 def _pivot_result(r: _Reduction) -> str | None:
     """Emit the passes of ``r``'s pivot; the per-row result's expression (None for a
     normalization, whose result is per element: see ``_normalized``)."""
-    op, cols = r.pivot.op, float(r.cols)
+    op = r.pivot.op
     is_float = r.acc_type in ("tl.float32", "tl.float64")
     if op in ("sum", "mean"):
         r.reduce([_Acc("red_s", _masked, "sum", "0")])
         # a float sum of all -0.0 is +0.0 in the reference (NumPy's sums start at +0.0), which
         # + 0.0 gives where no lane is masked: a GPU's tree of adds keeps -0.0 there
         total = "(red_s + 0.0)" if is_float else "red_s"
-        return total if op == "sum" else divide(total, repr(cols), r.acc_type)
+        return total if op == "sum" else divide(total, _count(r, r.cols, "red_c"), r.acc_type)
     if op in ("amax", "amin"):
         kind = "max" if op == "amax" else "min"
         if not is_float:  # integers (bools as int8): the dtype's extreme is neutral
@@ -524,11 +597,11 @@ def _pivot_result(r: _Reduction) -> str | None:
         if not is_float:
             raise Unlowered(f"{op} of integers")
         r.reduce([_Acc("red_s", _masked, "sum", "0")])
-        r.body.emit(f"red_mean = {divide('red_s', repr(cols), r.acc_type)}")
+        r.body.emit(f"red_mean = {divide('red_s', _count(r, r.cols, 'red_c'), r.acc_type)}")
         r.reduce([_Acc("red_q", lambda v: _masked(f"({v} - red_mean[:, None]) * "
                                                f"({v} - red_mean[:, None])"), "sum", "0")])
-        denominator = float(max(r.cols - r.pivot.attrs.get("correction", 1), 0))
-        var = divide("red_q", repr(denominator), r.acc_type)
+        denominator = max(r.cols - r.pivot.attrs.get("correction", 1), 0)
+        var = divide("red_q", _count(r, denominator, "red_d"), r.acc_type)
         return var if op == "var" else square_root(var, r.acc_type)
     if op in ("softmax", "log_softmax"):
         if not is_float:
@@ -555,7 +628,7 @@ def reduction(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch
     r = _Reduction(unit, pivots[0], blocks, interpreter_form)
     body, pivot = r.body, r.pivot
     body.emit(f"rows = {body.program()} * BLOCK_R + tl.arange(0, BLOCK_R)")
-    body.emit(f"rmask = rows < {r.rows}")
+    body.emit(f"rmask = rows < {size_text(r.rows)}")
     _indices(body, "rows", "r", r.kept, r.shape)
     result = _pivot_result(r)
     out = pivot.outputs[0]
@@ -578,6 +651,6 @@ def reduction(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch
             if FULL in r.spaces[v.name]:
                 body.store(f"out{k}", r.full_offset(r.strides(v, FULL)),
                            r.value(v, FULL), "mask", v.type.dtype)
-    return launch_of(name, unit, body, -(-r.rows // r.block_r),
+    return launch_of(name, unit, body, programs(r.rows, r.block_r),
                    {"BLOCK_R": r.block_r, "BLOCK_C": r.block_c})
 

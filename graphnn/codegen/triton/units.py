@@ -18,8 +18,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from graphnn.ir.graph import Node, Value
 from graphnn.ir.registry import OpGroup, get_op, is_view
 from graphnn.ir.schedule import KernelKind
+from graphnn.ir.symbolic import Sym, settled, symbols_in
+from graphnn.ir.types import TensorType
 
 from .multi_update import batches
 
@@ -137,6 +140,63 @@ def _inline_scalars(groups, returned) -> list:
                         key=lambda n: position[id(n)])
         out.append((copies, list(group)))
     return out
+
+
+def _resized(value, size_of):
+    """An attribute value with ``size_of`` applied to every symbolic size in it."""
+    if isinstance(value, Sym):
+        return size_of(value)
+    if isinstance(value, (tuple, list)) and symbols_in(value):
+        return type(value)(_resized(v, size_of) for v in value)
+    return value
+
+
+def resized(unit, size_of, copies=None) -> Unit:
+    """``unit`` with ``size_of`` applied to every symbolic size of its values' types and its
+    nodes' attributes (``unit`` itself when it has none). The values and nodes are copies
+    (``copies``: value name -> copy, shared with the unit's parts); the graph is not
+    changed."""
+    if not any(symbols_in(v.type.shape) for n in unit.nodes for v in [*n.inputs, *n.outputs]) \
+            and not any(symbols_in(a) for n in unit.nodes for a in n.attrs.values()):
+        return unit
+    copies = {} if copies is None else copies
+
+    def value(v):
+        if v.name not in copies:
+            shape = tuple(_resized(d, size_of) for d in v.type.shape)
+            copies[v.name] = Value(v.name, TensorType(shape, v.type.dtype), v.kind, None,
+                                   v.index, v.data)
+        return copies[v.name]
+    nodes = []
+    for node in unit.nodes:
+        if node.outputs and node.outputs[0].name in copies:  # a part's node, copied already
+            nodes.append(copies[node.outputs[0].name].producer)
+            continue
+        copied = Node(node.op, [value(v) for v in node.inputs],
+                      {k: _resized(a, size_of) for k, a in node.attrs.items()},
+                      scope=node.scope, source=node.source, fusion=node.fusion)
+        for v in node.outputs:
+            out = value(v)
+            out.producer = copied
+            copied.outputs.append(out)
+        nodes.append(copied)
+    return Unit(unit.name, unit.kind, nodes, [value(v) for v in unit.reads],
+                [value(v) for v in unit.writes],
+                tuple(_resized(d, size_of) for d in unit.space), unit.scopes,
+                [resized(part, size_of, copies) for part in unit.parts])
+
+
+def specialised(unit) -> Unit:
+    """``unit`` with every symbolic size fixed to its value in the compiling call, each by
+    ``int``, which records the guard that the size is that number: what a template that
+    writes sizes as numbers, or a node run on the host, is given."""
+    return resized(unit, int)
+
+
+def settled_unit(unit) -> Unit:
+    """``unit`` with the symbols that equality guards fixed (``s2 == 16``) replaced by what
+    they equal (``ir.symbolic.settled``), so that a template sees those sizes as numbers."""
+    return resized(unit, settled)
 
 
 def units(schedule) -> list:

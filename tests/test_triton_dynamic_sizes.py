@@ -1,0 +1,220 @@
+"""``compile(..., dynamic=True)`` on cuda tensors: the Triton backend's kernels with symbolic
+sizes (issue 15 item 5 on the GPU path). Under the interpreter here; the GPU form of the same
+kernels is compiled for sm80/sm90 ahead of time.
+
+Each case runs the compiled callable at several sizes against eager graphnn on the same
+tensors, and checks that it compiled once (no recompile, so no eager fallback past
+``recompile_limit``). The pointwise, reduction and GEMM templates and the attention forward
+write sizes as expressions; the others get their sizes fixed by guards, which recompiles per
+size, as checked last.
+"""
+import warnings
+
+import numpy as np
+import pytest
+from compile_helpers import isolated_cache  # noqa: F401  (autouse: a kernel cache per test)
+from triton_helpers import INTERPRETER_WARNINGS, SMALL, compile_ahead_of_time
+
+import graphnn
+import graphnn.nn.functional as F
+from graphnn import nn
+from graphnn.codegen.triton.backend import generate
+from graphnn.compiler import CompileWarning
+from graphnn.ir.symbolic import active_env
+
+pytestmark = INTERPRETER_WARNINGS
+BACKENDS = ["triton", SMALL]  # SMALL: several programs per launch, looped reductions, GEMM tiles
+
+
+def _cuda(*shape):
+    return graphnn.randn(*shape).to("cuda")
+
+
+def _host(t):
+    return t.detach().cpu().numpy()
+
+
+def _quietly(fn, *args):
+    """Call a compiled callable; a CompileWarning (an eager fallback) fails the test."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        return fn(*args)
+
+
+def _assert_close(ours, theirs, rtol=1e-5, atol=1e-6):
+    ours = ours if isinstance(ours, (tuple, list)) else [ours]
+    theirs = theirs if isinstance(theirs, (tuple, list)) else [theirs]
+    for a, b in zip(ours, theirs, strict=True):
+        a, b = _host(a), _host(b)
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+
+
+def _runs_once(compiled, sizes, make_inputs, eager, atol=1e-6):
+    """Call ``compiled`` at each of ``sizes`` (``make_inputs(size)`` -> tensors), comparing
+    with ``eager``; asserts one compile for them all. Returns the kernel sources."""
+    for size in sizes:
+        inputs = make_inputs(size)
+        with graphnn.no_grad():
+            _assert_close(_quietly(compiled, *inputs), eager(*inputs), atol=atol)
+    assert compiled.compiles == 1, compiled.recompile_reasons
+    assert compiled.recompile_reasons == []
+    return compiled.kernel_sources()
+
+
+class Rows(nn.Module):
+    """Pointwise and reduction kernels over a batch and a length dim: a layer norm, a softmax
+    over the features, sums and means over the length, a variance, broadcasting."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(12)
+
+    def forward(self, x, bias):
+        y = self.norm(x) * 2.0 + bias  # bias: (T, 1), broadcast over the batch and features
+        pooled = y.softmax(-1).sum(1)
+        return pooled, y.mean(1), x.var(dim=1), (y - y.amax(dim=-1, keepdim=True)).exp()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pointwise_and_reduction_kernels_compile_once_for_every_size(backend):
+    graphnn.manual_seed(0)
+    model = Rows().to("cuda")
+    compiled = graphnn.compile(model, dynamic=True, backend=backend)
+    sources = _runs_once(compiled, [(2, 3), (3, 5), (4, 9), (2, 20)],
+                         lambda s: (_cuda(s[0], s[1], 12), _cuda(s[1], 1)), model)
+    source = sources["inference"]
+    assert "def kernel(sizes):" in source and "host_op" not in source
+    assert "s0, s1" in source and "tl.full([BLOCK_R], s1, tl.float32)" in source  # the mean
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gemm_rows_columns_and_contraction_are_symbolic(backend):
+    graphnn.manual_seed(1)
+    mlp = nn.Sequential(nn.Linear(8, 24), nn.GELU(), nn.Linear(24, 5)).to("cuda")
+
+    def fn(x, y):
+        scores = x @ y.transpose(-1, -2)  # (B, T, T): rows and columns symbolic
+        return mlp(x), scores @ y  # contraction over T
+    # 150 rows: with 16-row tiles, more than GROUP_M row tiles (the grouped tile order); the
+    # products of 75 terms of up to ~50 round differently in a tiled dot (absolute tolerance)
+    sources = _runs_once(graphnn.compile(fn, dynamic=True, backend=backend),
+                         [(2, 3), (3, 7), (2, 75)],
+                         lambda s: (_cuda(s[0], s[1], 8), _cuda(s[0], s[1], 8)), fn, atol=1e-4)
+    source = sources["inference"]
+    assert "tl.dot" in source and "host_op" not in source
+    if backend == SMALL:
+        assert "rows_in_group" in source
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_forward_with_symbolic_query_and_key_lengths(causal):
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal) * 2.0
+    if causal:
+        sizes, make = [3, 17, 9], lambda t: (_cuda(2, 2, t, 8), _cuda(2, 2, t, 8),
+                                             _cuda(2, 2, t, 8))
+    else:  # a key/value cache: one query row, the keys grow
+        sizes, make = [3, 7, 20, 5], lambda s: (_cuda(1, 2, 1, 8), _cuda(1, 2, s, 8),
+                                                _cuda(1, 2, s, 8))
+    source = _runs_once(graphnn.compile(fn, dynamic=True), sizes, make, fn)["inference"]
+    assert "for start in range(0, s" in source  # the key loop runs to a symbolic length
+
+
+def test_embedding_and_gather_reads_with_symbolic_index_shapes():
+    graphnn.manual_seed(4)
+    embedding = nn.Embedding(11, 6).to("cuda")
+
+    def fn(tokens, x, where):
+        return embedding(tokens) * 2.0, x.gather(1, where)
+
+    def make(size):
+        batch, length = size
+        tokens = graphnn.randint(0, 11, (batch, length)).to("cuda")
+        where = graphnn.randint(-length, length, (batch, 3)).to("cuda")  # negative ones too
+        return tokens, _cuda(batch, length), where
+    source = _runs_once(graphnn.compile(fn, dynamic=True), [(2, 3), (3, 8), (5, 4)], make,
+                        fn)["inference"]
+    assert "host_op" not in source and "_rt.check_indices" in source
+
+
+def test_training_with_symbolic_sizes_matches_eager_gradients():
+    graphnn.manual_seed(2)
+    model = nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3))
+    model.to("cuda")
+    twin = nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3))
+    twin.load_state_dict(model.state_dict())
+    twin.to("cuda")
+    model.compile(dynamic=True)
+    for batch in (3, 6, 11):
+        x = _cuda(batch, 8)
+        results = []
+        for net in (model, twin):
+            net.zero_grad()
+            xin = x.detach().clone().requires_grad_()
+            loss = _quietly(net, xin).square().mean()
+            loss.backward()
+            results.append([loss, xin.grad] + [p.grad for p in net.parameters()])
+        for ours, theirs in zip(*results):
+            _assert_close(ours, theirs)
+    assert model.forward.compiles == 1 and model.forward.recompile_reasons == []
+    sources = model.forward.kernel_sources()
+    assert "def kernel(sizes):" in sources["forward"] and \
+        "def kernel(sizes):" in sources["backward"]
+
+
+def test_templates_without_symbolic_sizes_fix_them_by_guards():
+    """A kernel whose template writes sizes as numbers (here max pooling) or a node run on
+    the host (``sort``) gets the compiling sizes, guarded: right results, one compile per
+    size, each recompile naming the guard that failed."""
+    def fn(x):
+        pooled = F.max_pool2d(x, 2)
+        return pooled, x.flatten(1).sort(dim=-1).values
+    compiled = graphnn.compile(fn, dynamic=True)
+    for side in (4, 6):
+        x = _cuda(2, 3, side, side)
+        with graphnn.no_grad():
+            _assert_close(compiled(x), fn(x))
+    assert compiled.compiles == 2
+    assert "the sizes break the guards" in compiled.recompile_reasons[0]
+
+
+def test_random_values_drawn_on_the_host_are_drawn_at_the_compiling_sizes():
+    """Host tensors compiled for the Triton backend get a random op's values drawn on the
+    host (the stream eager code draws), at the compiling sizes, fixed by a guard: another
+    size compiles again (found by ``graphnn fuzz --backend triton``: it was a GuardError)."""
+    def fn(x):
+        return F.dropout(x, 0.5, training=True) + 1.0
+    compiled = graphnn.compile(fn, dynamic=True, backend="triton")
+    for rows in (3, 5, 3):
+        x = graphnn.randn(rows, 4)
+        graphnn.manual_seed(7)
+        ours = compiled(x)
+        graphnn.manual_seed(7)
+        _assert_close(ours, fn(x))
+    assert compiled.compiles == 2 and "s0 == 3" in compiled.recompile_reasons[0]
+
+
+def test_symbolic_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
+    """The GPU form of symbolic pointwise, reduction, GEMM and attention kernels (their sizes
+    integer arguments) compiles to PTX without a GPU."""
+    graphnn.manual_seed(3)
+    model = Rows().to("cuda")
+    linear = nn.Linear(8, 8).to("cuda")
+
+    def attend(q, k):
+        return F.scaled_dot_product_attention(q, k, k, is_causal=True) @ linear.weight
+    cases = [(model, (_cuda(2, 5, 12), _cuda(5, 1))), (attend, (_cuda(2, 2, 5, 8),) * 2)]
+    paths = []
+    for k, (fn, inputs) in enumerate(cases):
+        compiled = graphnn.compile(fn, dynamic=True)
+        with graphnn.no_grad():
+            compiled(*inputs)
+        artifact = compiled._entries[compiled._last].latest.artifact
+        with active_env(artifact.env):
+            source = generate(artifact.schedule, None, interpreter_form=False)
+        assert "def kernel(sizes):" in source and ": tl.constexpr" in source
+        path = tmp_path / f"symbolic{k}_sm90.py"
+        path.write_text(source)
+        paths.append(str(path))
+    assert compile_ahead_of_time(paths) >= 4
