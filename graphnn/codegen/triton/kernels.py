@@ -269,10 +269,15 @@ def _comment(value) -> str:
     return f"%{comment_text(value.name)}: {value.type}"
 
 
-def _header(name, unit, constexprs) -> list:
-    """The decorator, the ``def`` line and one comment line per pointer argument."""
+def _header(name, unit, constexprs, interpreter_form: bool) -> list:
+    """The decorator, the ``def`` line and one comment line per pointer argument. Size
+    arguments are integers, constants in the interpreter form: Triton 3.6's interpreter wraps
+    an integer argument in a one-element array, which ``range`` cannot take as a bound (the
+    interpreter compiles nothing, so a constant costs nothing there)."""
+    sizes = size_arguments(unit)
     args = [f"in{i}" for i in range(len(unit.reads))] + \
-        [f"out{i}" for i in range(len(unit.writes))] + size_arguments(unit) + \
+        [f"out{i}" for i in range(len(unit.writes))] + \
+        [f"{s}: tl.constexpr" if interpreter_form else s for s in sizes] + \
         [f"{c}: tl.constexpr" for c in constexprs]
     lines = ["@triton.jit", f"def {name}({', '.join(args)}):"]
     lines += [f"    # in{i} {_comment(v)}" for i, v in enumerate(unit.reads)]
@@ -310,9 +315,10 @@ def launch_of(name, unit, body, grid, blocks, options=None) -> Launch:
     signature = {f"in{i}": POINTER_TYPES[v.type.dtype.name] for i, v in enumerate(unit.reads)}
     signature.update({f"out{i}": POINTER_TYPES[v.type.dtype.name]
                       for i, v in enumerate(unit.writes)})
-    signature.update({symbol: "i32" for symbol in size_arguments(unit)})
+    signature.update({symbol: "constexpr" if body.interpreter_form else "i32"
+                      for symbol in size_arguments(unit)})
     signature.update({k: "constexpr" for k in blocks})
-    source = "\n".join(_header(name, unit, list(blocks)) + body.lines)
+    source = "\n".join(_header(name, unit, list(blocks), body.interpreter_form) + body.lines)
     return Launch(source, grid, blocks, signature, options={**(options or {}), **body.options})
 
 
