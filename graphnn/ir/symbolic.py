@@ -486,6 +486,16 @@ def symbols_in(value) -> set:
     return set()
 
 
+def map_sizes(value, size_of):
+    """``value`` (a size, or a shape or attribute value holding sizes: tuples and lists of
+    them) with ``size_of`` applied to each Sym in it; the value itself when it holds none."""
+    if isinstance(value, Sym):
+        return size_of(value)
+    if isinstance(value, (tuple, list)) and symbols_in(value):
+        return type(value)(map_sizes(v, size_of) for v in value)
+    return value
+
+
 def holds_sym(value) -> bool:
     """Whether an attribute value (a number, a tuple of them...) holds a Sym."""
     return bool(symbols_in(value))

@@ -58,7 +58,7 @@ from graphnn.ir.symbolic import same_size
 
 from .gemm import dot_precision
 from .kernels import (INT32_LIMIT, Blocks, KernelBody, Launch, aligned_strides, launch_of,
-                      next_pow2, programs, size_text)
+                      next_pow2, product_text, programs, size_text)
 from .ops import ROUNDED, Unlowered, compute, divide, number
 from .random import uniform  # the rand kernel's uniform numbers
 
@@ -232,7 +232,7 @@ def query_program(ops: Operands, sizes: dict, program: str = "pid"):
     body.emit(f"rows = tile * BLOCK_M + {body.arange('BLOCK_M')}")
     body.emit(f"rmask = rows < {size_text(ops.t)}")
     head_ranges(ops)
-    return programs(tiles, 1, math.prod(ops.batch))
+    return product_text(math.prod(ops.batch), tiles)
 
 
 def head_ranges(ops: Operands) -> None:

@@ -41,7 +41,7 @@ import numpy as np
 
 from graphnn.ir.ops.attention import NAME as ATTENTION
 from graphnn.ir.schedule import KernelKind
-from graphnn.ir.symbolic import Sym, current_env, graph_symbols, hinted, symbols_in
+from graphnn.ir.symbolic import current_env, graph_symbols, hint_of, hinted, map_sizes
 from graphnn.ir.types import TensorType
 
 from . import kernels
@@ -50,7 +50,7 @@ from .device import interpreted
 from .conv import conv
 from .gemm import gemm
 from .indexing import scatter_gather
-from .kernels import DEFAULT_BLOCKS, Unlowered, size_arguments, size_text
+from .kernels import DEFAULT_BLOCKS, Unlowered, size_text
 from .pool import max_pool2d
 from .random import random
 from .scan import scan
@@ -167,16 +167,8 @@ def _text_at_hints(graph) -> str:
     for v in copied.values():
         v.type = TensorType(hinted(v.type.shape), v.type.dtype)
     for node in copied.nodes:
-        node.attrs = {k: _at_hints(a) for k, a in node.attrs.items()}
+        node.attrs = {k: map_sizes(a, hint_of) for k, a in node.attrs.items()}
     return str(copied)
-
-
-def _at_hints(value):
-    if isinstance(value, Sym):
-        return value.hint
-    if isinstance(value, (tuple, list)) and symbols_in(value):
-        return type(value)(_at_hints(v) for v in value)
-    return value
 
 
 # ops whose kernel of their own is a torch copy on the device (no template): node, the
@@ -245,7 +237,7 @@ class _Module:
             self.emit(f"{self.name(v)} = _rt.empty({_sizes(v.type.shape)}, "
                       f"{v.type.dtype.name!r})", v)
         args = [f"{self.name(v)}.contiguous()" for v in unit.reads] + \
-               [self.name(v) for v in unit.writes] + size_arguments(unit)
+               [self.name(v) for v in unit.writes] + launch.sizes
         args += [f"{k}={n}" for k, n in {**launch.blocks, **launch.options}.items()]
         if launch.options:
             self.options[f"_{unit.name}"] = launch.options

@@ -86,18 +86,15 @@ def size_text(size) -> str:
     return text if text.isidentifier() else f"({text})"
 
 
-def programs(count, block: int = 1, times=1):
-    """The number of blocks of ``block`` items covering ``count`` items, times ``times``: an
-    int, or where a count is symbolic (or an expression already) an expression valid both in
-    the wrapper (the grid, evaluated at launch) and in a jit function (no guard; sizes are
-    never negative, so the rounding up needs no floor division of negatives)."""
-    if not isinstance(count, (Sym, str)) and not isinstance(times, (Sym, str)):
-        return -(-int(count) // block) * int(times)
-    text = count if isinstance(count, str) else size_text(count)
-    blocks = text if block == 1 else f"(({text} + {block - 1}) // {block})"
-    if isinstance(times, int) and times == 1:
-        return blocks
-    return f"{times if isinstance(times, str) else size_text(times)} * {blocks}"
+def programs(count, block: int):
+    """The number of blocks of ``block`` items covering ``count`` items: an int, or for a
+    symbolic count an expression valid both in the wrapper (the grid, evaluated at launch) and
+    in a jit function (no guard; sizes are never negative, so the rounding up needs no floor
+    division of negatives). ``product_text`` multiplies such counts."""
+    if not isinstance(count, Sym):
+        return -(-int(count) // block)
+    text = size_text(count)
+    return text if block == 1 else f"(({text} + {block - 1}) // {block})"
 
 
 def product_text(*factors):
@@ -269,12 +266,11 @@ def _comment(value) -> str:
     return f"%{comment_text(value.name)}: {value.type}"
 
 
-def _header(name, unit, constexprs, interpreter_form: bool) -> list:
-    """The decorator, the ``def`` line and one comment line per pointer argument. Size
-    arguments are integers, constants in the interpreter form: Triton 3.6's interpreter wraps
-    an integer argument in a one-element array, which ``range`` cannot take as a bound (the
-    interpreter compiles nothing, so a constant costs nothing there)."""
-    sizes = size_arguments(unit)
+def _header(name, unit, sizes, constexprs, interpreter_form: bool) -> list:
+    """The decorator, the ``def`` line and one comment line per pointer argument. The
+    ``sizes`` arguments are integers, constants in the interpreter form: Triton 3.6's
+    interpreter wraps an integer argument in a one-element array, which ``range`` cannot take
+    as a bound (the interpreter compiles nothing, so a constant costs nothing there)."""
     args = [f"in{i}" for i in range(len(unit.reads))] + \
         [f"out{i}" for i in range(len(unit.writes))] + \
         [f"{s}: tl.constexpr" if interpreter_form else s for s in sizes] + \
@@ -292,7 +288,8 @@ POINTER_TYPES = {"bool": "*i1", "uint8": "*u8", "int8": "*i8", "int16": "*i16", 
 
 @dataclass
 class Launch:
-    """A generated kernel: its source, the grid size, the constexpr block sizes, its
+    """A generated kernel: its source, the grid size (an int, or a ``programs`` expression),
+    the constexpr block sizes, the size symbols it takes after its pointers (``sizes``), its
     signature (argument name -> Triton type, as ahead-of-time compilation takes it), the index
     checks its wrapper makes before launching it: ``(read position, size, op, dim)`` each, the
     unit's read at that position holding indices into a dim of that size (a kernel cannot
@@ -301,8 +298,9 @@ class Launch:
     defaults), passed to the launch and to ``triton.compile``."""
 
     source: str
-    grid: int
+    grid: int | str
     blocks: dict
+    sizes: list
     signature: dict
     index_checks: list = field(default_factory=list)
     options: dict = field(default_factory=dict)
@@ -310,16 +308,19 @@ class Launch:
 
 def launch_of(name, unit, body, grid, blocks, options=None) -> Launch:
     """The ``Launch`` of kernel ``name`` whose ``body`` computes ``unit``: its signature (a
-    pointer per read and write, then the block constants), ``grid`` programs, ``blocks`` and
+    pointer per read and write, the unit's size symbols, then the block constants), ``grid``
+    programs, ``blocks`` and
     the launch ``options`` (None: Triton's defaults) with ``body.options`` added."""
     signature = {f"in{i}": POINTER_TYPES[v.type.dtype.name] for i, v in enumerate(unit.reads)}
     signature.update({f"out{i}": POINTER_TYPES[v.type.dtype.name]
                       for i, v in enumerate(unit.writes)})
-    signature.update({symbol: "constexpr" if body.interpreter_form else "i32"
-                      for symbol in size_arguments(unit)})
+    sizes = size_arguments(unit)
+    signature.update({symbol: "constexpr" if body.interpreter_form else "i32" for symbol in sizes})
     signature.update({k: "constexpr" for k in blocks})
-    source = "\n".join(_header(name, unit, list(blocks), body.interpreter_form) + body.lines)
-    return Launch(source, grid, blocks, signature, options={**(options or {}), **body.options})
+    source = "\n".join(_header(name, unit, sizes, list(blocks), body.interpreter_form) +
+                       body.lines)
+    return Launch(source, grid, blocks, sizes, signature,
+                  options={**(options or {}), **body.options})
 
 
 def pointwise_body(body: KernelBody, unit, program: str, pointers: dict) -> int:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from graphnn.ir.graph import Node, Value
 from graphnn.ir.registry import OpGroup, get_op, is_view
 from graphnn.ir.schedule import KernelKind
-from graphnn.ir.symbolic import Sym, settled, symbols_in
+from graphnn.ir.symbolic import map_sizes, settled, symbols_in
 from graphnn.ir.types import TensorType
 
 from .multi_update import batches
@@ -142,15 +142,6 @@ def _inline_scalars(groups, returned) -> list:
     return out
 
 
-def _resized(value, size_of):
-    """An attribute value with ``size_of`` applied to every symbolic size in it."""
-    if isinstance(value, Sym):
-        return size_of(value)
-    if isinstance(value, (tuple, list)) and symbols_in(value):
-        return type(value)(_resized(v, size_of) for v in value)
-    return value
-
-
 def resized(unit, size_of, copies=None) -> Unit:
     """``unit`` with ``size_of`` applied to every symbolic size of its values' types and its
     nodes' attributes (``unit`` itself when it has none). The values and nodes are copies
@@ -163,7 +154,7 @@ def resized(unit, size_of, copies=None) -> Unit:
 
     def value(v):
         if v.name not in copies:
-            shape = tuple(_resized(d, size_of) for d in v.type.shape)
+            shape = map_sizes(tuple(v.type.shape), size_of)
             copies[v.name] = Value(v.name, TensorType(shape, v.type.dtype), v.kind, None,
                                    v.index, v.data)
         return copies[v.name]
@@ -173,7 +164,7 @@ def resized(unit, size_of, copies=None) -> Unit:
             nodes.append(copies[node.outputs[0].name].producer)
             continue
         copied = Node(node.op, [value(v) for v in node.inputs],
-                      {k: _resized(a, size_of) for k, a in node.attrs.items()},
+                      {k: map_sizes(a, size_of) for k, a in node.attrs.items()},
                       scope=node.scope, source=node.source, fusion=node.fusion)
         for v in node.outputs:
             out = value(v)
@@ -182,7 +173,7 @@ def resized(unit, size_of, copies=None) -> Unit:
         nodes.append(copied)
     return Unit(unit.name, unit.kind, nodes, [value(v) for v in unit.reads],
                 [value(v) for v in unit.writes],
-                tuple(_resized(d, size_of) for d in unit.space), unit.scopes,
+                map_sizes(tuple(unit.space), size_of), unit.scopes,
                 [resized(part, size_of, copies) for part in unit.parts])
 
 
