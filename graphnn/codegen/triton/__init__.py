@@ -16,7 +16,7 @@ from .attention import ATTENTION_OPS
 from .device import DEVICE, require_torch
 from .conv import CONV_OPS
 from .gemm import GEMM_OPS
-from .kernels import PIVOTS
+from .reduction import PIVOTS
 from .ops import ELEMENTWISE_OPS
 from .pool import POOL_OPS
 

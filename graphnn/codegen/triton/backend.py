@@ -2,8 +2,9 @@
 
 ``generate(schedule, plan=None, kernel_id=None, blocks=DEFAULT_BLOCKS, interpreter_form=None)``
 returns a module defining one ``@triton.jit`` function per kernel that has a template
-(``TEMPLATES``: pointwise and reduction in ``kernels.py``, GEMM, convolution, pooling,
-indexing and scans, random numbers, flash attention, the fused optimizer update), and
+(``TEMPLATES``: pointwise in ``kernels.py``, reduction in ``reduction.py``, GEMM,
+convolution, pooling, indexing and scans, random numbers, flash attention, the fused optimizer
+update), and
 ``kernel(inputs, params, buffers)``, which runs the units (``units.py``) in schedule order on
 device tensors:
 
@@ -52,6 +53,7 @@ from .gemm import gemm
 from .indexing import scatter_gather
 from .kernels import DEFAULT_BLOCKS, Unlowered, size_text
 from .pool import max_pool2d
+from .reduction import reduction
 from .random import random
 from .scan import scan
 from .multi_update import multi_update
@@ -73,7 +75,7 @@ BACKEND_VERSION = _version()
 # the kernel template of each kind this backend generates: (name, unit, blocks,
 # interpreter_form) -> Launch, or Unlowered for a unit it cannot lower (which then runs on the
 # host); a new kernel kind is one entry here
-TEMPLATES = {KernelKind.POINTWISE: kernels.pointwise, KernelKind.REDUCTION: kernels.reduction,
+TEMPLATES = {KernelKind.POINTWISE: kernels.pointwise, KernelKind.REDUCTION: reduction,
              KernelKind.MULTI_UPDATE: multi_update,
              KernelKind.RANDOM: random, KernelKind.GEMM: gemm, KernelKind.CONVOLUTION: conv,
              KernelKind.ATTENTION: attention,
@@ -146,10 +148,10 @@ def _slice_scatter(node, name) -> str | None:
 
 
 def _writes_symbols(unit) -> bool:
-    """Whether ``unit``'s template writes symbolic sizes as expressions: the pointwise,
-    reduction (``kernels.py``) and GEMM templates, the attention forward and the indexing
-    reads (``gather``, ``index``: embedding lookups). The others are given the unit with every
-    size fixed (``units.specialised``: guarded)."""
+    """Whether ``unit``'s template writes symbolic sizes as expressions: the pointwise
+    (``kernels.py``), reduction (``reduction.py``) and GEMM templates, the attention forward
+    and the indexing reads (``gather``, ``index``: embedding lookups). The others are given the
+    unit with every size fixed (``units.specialised``: guarded)."""
     op = unit.nodes[0].op if len(unit.nodes) == 1 else None
     return unit.kind in (KernelKind.POINTWISE, KernelKind.REDUCTION, KernelKind.GEMM) or \
         (unit.kind is KernelKind.ATTENTION and op == ATTENTION) or \
