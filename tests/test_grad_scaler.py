@@ -11,6 +11,7 @@ import torch
 
 import graphnn
 import graphnn.nn.functional as F
+from graphnn.compiler import CompileWarning
 
 
 def _mlp(lib):
@@ -136,3 +137,90 @@ def test_misuse_and_disabled_scalers_behave_like_torch():
         graphnn.amp.GradScaler().load_state_dict({})
     with pytest.raises(ValueError):
         graphnn.amp.GradScaler(growth_factor=0.5)
+
+
+# ---- a compiled training step with a GradScaler ---------------------------------------------
+
+def _scaled_trainer(lib, model, optimizer_kind, device="cpu"):
+    """(train_step(x, y) -> loss, scaler) with a scaler whose scale grows and backs off within
+    a few steps, as the step-by-step tests above use it."""
+    kw = dict(init_scale=256.0, growth_factor=4.0, backoff_factor=0.25, growth_interval=2)
+    scaler = graphnn.amp.GradScaler(device, **kw) if lib is graphnn else \
+        torch.amp.GradScaler("cpu", **kw)
+    opt = (lib.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)
+           if optimizer_kind == "adamw" else
+           lib.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
+
+    def train_step(x, y):
+        loss = ((model(x) - y) ** 2).mean()
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        lib.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+        return loss.detach()
+    return train_step, scaler
+
+
+@pytest.mark.parametrize("optimizer_kind,device", [("adamw", "cpu"), ("sgd", "cpu"),
+                                                   ("adamw", "cuda")])
+def test_compiled_step_with_grad_scaler_skips_poisoned_steps_like_eager_and_torch(
+        optimizer_kind, device):
+    """An inf or NaN in a batch makes the gradients non-finite: the compiled step must skip
+    the optimizer's step (parameters and optimizer state unchanged, the scale backed off)
+    without recompiling, as the eager step and PyTorch's do. On cuda (the Triton backend)
+    the graphnn twins live on the device and PyTorch stays on the CPU."""
+    compiled_model, _ = _pair(5)
+    eager_model, theirs = _pair(5)
+    compiled_model.to(device)
+    eager_model.to(device)
+    ours, scaler = _scaled_trainer(graphnn, compiled_model, optimizer_kind, device)
+    compiled = graphnn.compile(ours)
+    eager, eager_scaler = _scaled_trainer(graphnn, eager_model, optimizer_kind, device)
+    reference, torch_scaler = _scaled_trainer(torch, theirs, optimizer_kind)
+    poisons = (None, None, math.inf, None, None, None, math.nan, None, -math.inf, None)
+    for step, poison in enumerate(poisons):
+        x, y = _data(step)
+        if poison is not None:
+            x[1, 2] = poison
+        before = [p.detach().cpu().numpy().copy() for p in compiled_model.parameters()]
+        batch = graphnn.tensor(x).to(device), graphnn.tensor(y).to(device)
+        loss = compiled(*batch)
+        eager_loss = eager(*batch)
+        torch_loss = reference(torch.tensor(x), torch.tensor(y))
+        np.testing.assert_allclose(loss.item(), torch_loss.item(), rtol=1e-5)
+        np.testing.assert_allclose(loss.item(), eager_loss.item(), rtol=1e-6)
+        assert scaler.state_dict() == eager_scaler.state_dict() == torch_scaler.state_dict()
+        moved = [not np.array_equal(b, p.detach().cpu().numpy())
+                 for b, p in zip(before, compiled_model.parameters())]
+        assert (not any(moved)) if poison is not None else all(moved), (step, poison)
+        for p, e, t in zip(compiled_model.parameters(), eager_model.parameters(),
+                           theirs.parameters()):
+            p, e = p.detach().cpu().numpy(), e.detach().cpu().numpy()
+            np.testing.assert_allclose(p, e, rtol=1e-6, atol=1e-7, err_msg=f"step {step}")
+            np.testing.assert_allclose(p, t.detach().numpy(), rtol=1e-5, atol=1e-6,
+                                       err_msg=f"step {step}")
+    assert compiled.compiles == 1 and not compiled.recompile_reasons
+    assert scaler.get_scale() == torch_scaler.get_scale()
+
+
+def test_compiled_step_leaving_a_scaler_mid_iteration_says_why_it_runs_eagerly():
+    """A compiled call replays tensor work only: a step that unscales but leaves step and
+    update to the caller cannot be compiled, and the warning says so."""
+    model, _ = _pair(6)
+    opt = graphnn.optim.SGD(model.parameters(), lr=0.1)
+    scaler = graphnn.amp.GradScaler()
+
+    def backward_and_unscale(x):
+        scaler.scale(model(x).sum()).backward()
+        scaler.unscale_(opt)
+
+    compiled = graphnn.compile(backward_and_unscale)
+    with pytest.warns(CompileWarning, match="GradScaler 'scaler' is mid-iteration"):
+        for _ in range(2):
+            compiled(graphnn.ones(2, 6))
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+    assert compiled.compiles == 0

@@ -38,6 +38,7 @@ def trace_function(fn, args, kwargs, step_state, name=None):
     changes = SlotChanges()
 
     def collect(state):
+        step_state.check_scalers_between_iterations("after")
         check_reduced(state)  # a data-parallel forward's reduction needs its backward here
         rebound, after = {}, step_state.slots()
         for slot in after:
@@ -55,6 +56,7 @@ def trace_function(fn, args, kwargs, step_state, name=None):
         return rebound
 
     hypers = HyperInputs()
+    step_state.check_scalers_between_iterations("before")
     try:
         with hypers.reading(step_state.optimizers):
             traced = trace_with_state(fn, args, kwargs, step_state.bindings(),

@@ -1,4 +1,5 @@
-"""The state a compiled function reads and writes: modules and optimizers it reaches.
+"""The state a compiled function reads and writes: modules, optimizers and GradScalers it
+reaches.
 
 ``graphnn.compile(train_step)`` traces a plain function; the modules and optimizers it uses are
 found the way a reader of the function would find them: its closure variables, the globals its
@@ -7,7 +8,8 @@ bound method the attributes of ``self``. ``StepState(fn)`` holds them and, at ea
 
 - ``bindings()``: ``[(name, tensor, kind)]`` of every state tensor, named by where it lives:
   ``model.0.weight`` (parameters, kind "param"; buffers "buffer"), ``model.0.weight.grad``
-  (an existing gradient), ``opt.state.model.0.weight.exp_avg`` (optimizer state);
+  (an existing gradient), ``opt.state.model.0.weight.exp_avg`` (optimizer state),
+  ``scaler._scale`` and ``scaler._growth_tracker`` (a GradScaler's, kind "buffer");
 - ``slots()``: the places that hold a tensor or None and that a step may rebind (each
   parameter's ``.grad``, each optimizer state entry), as ``Slot``s;
 - ``read()``: the bindings, plus everything else a trace specialises on (optimizer
@@ -19,7 +21,8 @@ bound method the attributes of ``self``. ``StepState(fn)`` holds them and, at ea
   function names is looked up again at every call, so a global rebound to a new model or
   optimizer is seen.
 
-``snapshot()``/``restore()`` put the slots and the optimizers' state dicts back after a trace.
+``snapshot()``/``restore()`` put the slots, the optimizers' state dicts and the GradScalers'
+attributes back after a trace.
 """
 from __future__ import annotations
 
@@ -30,6 +33,8 @@ from dataclasses import dataclass
 from ..frontend.tensor import Tensor
 from ..frontend.traced_backward import is_traced
 from ..nn.module import Module, plain_attribute_writes
+from ..frontend.trace_state import TraceError
+from ..optim.grad_scaler import GradScaler
 from ..optim.optimizer import Optimizer
 from .hyper_inputs import signature_key
 
@@ -37,8 +42,9 @@ from .hyper_inputs import signature_key
 @dataclass
 class CallState:
     bindings: list  # [(name, tensor, kind)]
-    key: tuple  # hyper-parameters, train flags, non-tensor optimizer state, and which
-    # parameter and optimizer objects these are (compiled slots hold them)
+    key: tuple  # hyper-parameters, train flags, non-tensor optimizer state, which
+    # parameter and optimizer objects these are (compiled slots hold them), module
+    # attributes, and GradScaler settings
     modules: list  # [(path, module)] of every module reached, for the hook check
     hooked_tensors: list  # names of parameters with tensor hooks (a step would skip them)
 
@@ -164,7 +170,7 @@ def _attribute_key(module) -> tuple:
 class StepState:
     def __init__(self, fn):
         self._fn, self._named, self._attribute_cache = fn, None, None
-        self.modules, self.optimizers, self.tensors = {}, {}, {}
+        self.modules, self.optimizers, self.tensors, self.scalers = {}, {}, {}, {}
         self.gradients = True  # gradients are state the function may read and rebind
         self.refresh()
 
@@ -175,6 +181,7 @@ class StepState:
         self = cls.__new__(cls)
         self._fn, self._named, self._attribute_cache = None, None, None
         self.modules, self.optimizers, self.tensors, self.gradients = {"": module}, {}, {}, False
+        self.scalers = {}
         return self
 
     def refresh(self) -> None:
@@ -193,6 +200,7 @@ class StepState:
         self.optimizers = {k: v for k, v in objects.items() if isinstance(v, Optimizer)}
         self.tensors = {k: v for k, v in objects.items()
                         if isinstance(v, Tensor) and v._symbol is None}
+        self.scalers = {k: v for k, v in objects.items() if isinstance(v, GradScaler)}
 
     # ---- naming --------------------------------------------------------------------------------
     def _walk(self):
@@ -223,6 +231,12 @@ class StepState:
             if id(t) not in seen:
                 seen.add(id(t))
                 out.append((name, t, "param" if t.requires_grad and t.is_leaf else "buffer"))
+        for prefix, scaler in self.scalers.items():
+            for key in ("_scale", "_growth_tracker"):
+                t = getattr(scaler, key)
+                if id(t) not in seen:
+                    seen.add(id(t))
+                    out.append((f"{prefix}.{key}", t, "buffer"))
         return out, modules, (tuple(training), self._attributes(modules))
 
     def _attributes(self, modules) -> tuple:
@@ -256,7 +270,8 @@ class StepState:
                                                    t._accum.hooks.values() for h in hooks)]
         identity = tuple(id(t) for _, t, kind in named if kind == "param") + tuple(
             id(opt) for opt in self.optimizers.values())
-        return CallState(self._bindings(named), self._key(modes) + (identity, attributes),
+        return CallState(self._bindings(named),
+                         self._key(modes) + (identity, attributes, self._scaler_key()),
                          modules, hooked)
 
     def bindings(self) -> list:
@@ -304,6 +319,25 @@ class StepState:
             if not isinstance(v, Tensor))
         return groups, training, non_tensor_state
 
+    def _scaler_key(self) -> tuple:
+        """What a trace bakes in of each GradScaler: its settings, and whether it is
+        mid-iteration (which a trace refuses)."""
+        return tuple((name, s._enabled, s._growth_factor, s._backoff_factor,
+                      s._growth_interval, bool(s._per_optimizer))
+                     for name, s in self.scalers.items())
+
+    def check_scalers_between_iterations(self, when: str) -> None:
+        """Raise TraceError unless every GradScaler reached is between iterations (no
+        ``unscale_`` or ``step`` since its last ``update``): a compiled call replays tensor
+        work only, so it cannot leave a scaler's Python bookkeeping mid-iteration, nor read
+        one's recorded inf check as a constant. ``when``: "before" or "after" the trace."""
+        for name, scaler in self.scalers.items():
+            if scaler._per_optimizer:
+                raise TraceError(
+                    f"GradScaler {name!r} is mid-iteration {when} the traced call (unscale_ or "
+                    f"step without update): a compiled step must call scaler.update() after "
+                    f"scaler.step(), or leave unscale_, step and update outside")
+
     def state_missing(self) -> bool:
         """Whether the optimizers reached have a parameter without a ``.grad`` or without
         state entries: a training step's first call, which creates them (a cheap guess made
@@ -322,11 +356,17 @@ class StepState:
                  if self.gradients and kind == "param"]
         states = [(opt, dict(opt.state), {p: dict(d) for p, d in opt.state.items()})
                   for opt in self.optimizers.values()]
-        return grads, states
+        scalers = [(s, dict(vars(s), _per_optimizer={k: dict(v) for k, v in
+                                                        s._per_optimizer.items()}))
+                   for s in self.scalers.values()]
+        return grads, states, scalers
 
     @staticmethod
     def restore(snapshot) -> None:
-        grads, states = snapshot
+        grads, states, scalers = snapshot
+        for scaler, attributes in scalers:
+            vars(scaler).clear()
+            vars(scaler).update(attributes)
         for t, grad in grads:
             t.grad = grad
         for opt, outer, inner in states:

@@ -4,24 +4,33 @@ The loss is multiplied by the scale before ``backward()`` so small float16 gradi
 flush to zero; ``unscale_`` divides the gradients back (multiplying by the float32 reciprocal)
 and records whether any is inf or NaN; ``step`` skips the optimizer's step when one was;
 ``update`` multiplies the scale by ``backoff_factor`` after a skipped step, and by
-``growth_factor`` after ``growth_interval`` steps in a row without one. The scaler works on
-eager gradients: it reads one value per gradient to find non-finite ones.
+``growth_factor`` after ``growth_interval`` steps in a row without one.
+
+As PyTorch's, the scale (float32) and the growth tracker (int32) are 0-d tensors, and whether
+a gradient is inf or NaN is a 0-d tensor too, so the scaler's arithmetic is tensor ops that a
+compiled training step records: ``graphnn.compile(train_step)`` binds both tensors as state
+the step updates in place (``compiler/step_state.py``). Eagerly, ``step`` reads that flag and
+skips the optimizer's step; while a step is traced it cannot read it, so the optimizer's step
+is recorded and each parameter and optimizer-state tensor it changed is put back where the
+flag is set (``where(found_inf, before, after)``): the same values, decided at run time.
 """
 from __future__ import annotations
 
-import math
-
-import numpy as np
-
+from ..frontend.creation import full
 from ..frontend.grad_mode import no_grad
 from ..frontend.tensor import Tensor
+from ..frontend.tensor_math import where
+from ..frontend.trace_state import TraceError, is_symbolic
+from ..ir.dtypes import float32, float64, int32
 
 _READY, _UNSCALED, _STEPPED = "ready", "unscaled", "stepped"
 
 
 class GradScaler:
     """``GradScaler(device="cpu", init_scale=2**16, growth_factor=2.0, backoff_factor=0.5,
-    growth_interval=2000, enabled=True)``; disabled, every method is a pass-through."""
+    growth_interval=2000, enabled=True)``; disabled, every method is a pass-through. The
+    scale and growth tracker live on ``device`` and follow the loss to its device at the
+    first ``scale``."""
 
     def __init__(self, device: str = "cpu", init_scale: float = 2.0 ** 16,
                  growth_factor: float = 2.0, backoff_factor: float = 0.5,
@@ -33,11 +42,11 @@ class GradScaler:
                 raise ValueError("The backoff factor must be < 1.0.")
         self.device = device
         self._enabled = bool(enabled)
-        self._scale = float(np.float32(init_scale))  # PyTorch keeps the scale in float32
+        self._scale = _filled(init_scale, float32, device)
+        self._growth_tracker = _filled(0, int32, device)
         self._growth_factor, self._backoff_factor = float(growth_factor), float(backoff_factor)
         self._growth_interval = int(growth_interval)
-        self._growth_tracker = 0
-        self._per_optimizer: dict = {}  # id(optimizer) -> {"stage", "found_inf"}
+        self._per_optimizer: dict = {}  # id(optimizer) -> {"stage", "found_inf" (0-d tensor)}
 
     # ---- scaling -----------------------------------------------------------------------------
 
@@ -46,42 +55,51 @@ class GradScaler:
         if not self._enabled:
             return outputs
         if isinstance(outputs, Tensor):
-            return outputs * Tensor._wrap(np.array(self._scale, np.float32))
+            self._follow(outputs.device)
+            return outputs * self._scale
         if isinstance(outputs, (list, tuple)):
             return type(outputs)(self.scale(o) for o in outputs)
         raise ValueError("outputs must be a Tensor or an iterable of Tensors")
 
+    def _follow(self, device) -> None:
+        """Move the scale and tracker to ``device`` (the loss's) when they are elsewhere."""
+        if self._scale.device != device and not is_symbolic(self._scale):
+            self._scale = self._scale.to(device)
+            self._growth_tracker = self._growth_tracker.to(device)
+
     def _state(self, optimizer) -> dict:
         return self._per_optimizer.setdefault(id(optimizer), {"stage": _READY,
-                                                               "found_inf": False})
+                                                               "found_inf": None})
 
     def unscale_(self, optimizer) -> None:
-        """Divide ``optimizer``'s gradients by the scale in place and note any inf/NaN."""
+        """Multiply ``optimizer``'s gradients by the float32 reciprocal of the scale in place
+        and record (a 0-d float32 tensor, 1 or 0) whether any held inf or NaN before."""
         if not self._enabled:
             return
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"]
+                 if p.grad is not None]
+        if any(g.dtype.name == "float16" for g in grads):  # before any gradient changes
+            raise ValueError("Attempting to unscale FP16 gradients.")
         state = self._state(optimizer)
         if state["stage"] is _UNSCALED:
             raise RuntimeError("unscale_() has already been called on this optimizer since "
                                "the last update().")
         if state["stage"] is _STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        inv_scale = float(np.float32(1.0 / self._scale))
-        found_inf = False
         with no_grad():
-            for group in optimizer.param_groups:
-                for p in group["params"]:
-                    if p.grad is None:
-                        continue
-                    if p.grad.dtype.name == "float16":
-                        raise ValueError("Attempting to unscale FP16 gradients.")
-                    p.grad.mul_(inv_scale)
-                    if p.grad.numel() and not math.isfinite(float(p.grad.abs().amax())):
-                        found_inf = True
-        state["found_inf"], state["stage"] = found_inf, _UNSCALED
+            inv_scale = self._scale.to(float64).reciprocal().to(float32)
+            poison = _filled(0, float32, self._scale.device)
+            for g in grads:
+                if g.numel():  # 0 * inf and 0 * NaN are NaN, and NaN sums to NaN
+                    poison = poison + (g * 0).sum().to(float32)
+                g.mul_(inv_scale)
+            state["found_inf"] = (poison != 0).to(float32)
+        state["stage"] = _UNSCALED
 
     def step(self, optimizer, *args, **kwargs):
         """``optimizer.step()`` unless the (unscaled) gradients hold inf or NaN; returns what
-        the step returns, or None when it was skipped."""
+        the step returns, or None when it was skipped. While a compiled step is traced, the
+        step is recorded and undone where they did (the module docstring)."""
         if not self._enabled:
             return optimizer.step(*args, **kwargs)
         if "closure" in kwargs:
@@ -92,36 +110,51 @@ class GradScaler:
             raise RuntimeError("step() has already been called since the last update().")
         if state["stage"] is _READY:
             self.unscale_(optimizer)
-        result = None if state["found_inf"] else optimizer.step(*args, **kwargs)
+        found_inf = state["found_inf"]
+        if is_symbolic(found_inf):
+            result = _step_unless(optimizer, found_inf != 0, args, kwargs)
+        else:
+            result = None if found_inf.item() else optimizer.step(*args, **kwargs)
         state["stage"] = _STEPPED
         return result
 
     def update(self, new_scale=None) -> None:
         """Back off after a skipped step, grow after ``growth_interval`` clean ones (or take
-        ``new_scale``); starts the next iteration."""
+        ``new_scale``, a number or a 0-d tensor); starts the next iteration. The new scale is
+        the float64 product rounded to float32, as PyTorch's."""
         if not self._enabled:
             return
-        if new_scale is not None:
-            self._scale = float(np.float32(float(new_scale)))
-        else:
-            if not self._per_optimizer:
-                raise AssertionError("No inf checks were recorded prior to update.")
-            if any(s["found_inf"] for s in self._per_optimizer.values()):
-                self._scale = float(np.float32(self._scale * self._backoff_factor))
-                self._growth_tracker = 0
-            elif self._growth_tracker + 1 == self._growth_interval:
-                grown = float(np.float32(self._scale * self._growth_factor))
-                if math.isfinite(grown):
-                    self._scale = grown
-                self._growth_tracker = 0
+        with no_grad():
+            if new_scale is not None:
+                value = new_scale.to(float32) if isinstance(new_scale, Tensor) else \
+                    _filled(float(new_scale), float32, self._scale.device)
+                self._scale.copy_(value)
             else:
-                self._growth_tracker += 1
+                found = [s["found_inf"] for s in self._per_optimizer.values()
+                         if s["found_inf"] is not None]
+                if not found:
+                    raise AssertionError("No inf checks were recorded prior to update.")
+                self._update_scale(sum(found[1:], found[0]) != 0)
         self._per_optimizer = {}
+
+    def _update_scale(self, found_inf) -> None:
+        """PyTorch's ``_amp_update_scale_`` as tensor ops, given the bool 0-d ``found_inf``."""
+        scale, tracker = self._scale, self._growth_tracker
+        wide = scale.to(float64)
+        backed_off = (wide * self._backoff_factor).to(float32)
+        grown = (wide * self._growth_factor).to(float32)
+        grown = where(grown - grown == 0, grown, scale)  # an overflow keeps the scale
+        successful = tracker + 1
+        grow = successful == self._growth_interval
+        new_scale = where(found_inf, backed_off, where(grow, grown, scale))
+        new_tracker = where(found_inf | grow, tracker * 0, successful)
+        scale.copy_(new_scale)
+        tracker.copy_(new_tracker)
 
     # ---- accessors and state -------------------------------------------------------------------
 
     def get_scale(self) -> float:
-        return self._scale if self._enabled else 1.0
+        return float(self._scale.item()) if self._enabled else 1.0
 
     def get_growth_factor(self) -> float:
         return self._growth_factor
@@ -148,10 +181,10 @@ class GradScaler:
         """The scale, factors, interval and growth tracker (empty when disabled)."""
         if not self._enabled:
             return {}
-        return {"scale": self._scale, "growth_factor": self._growth_factor,
+        return {"scale": self.get_scale(), "growth_factor": self._growth_factor,
                 "backoff_factor": self._backoff_factor,
                 "growth_interval": self._growth_interval,
-                "_growth_tracker": self._growth_tracker}
+                "_growth_tracker": int(self._growth_tracker.item())}
 
     def load_state_dict(self, state_dict: dict) -> None:
         if not self._enabled:
@@ -159,8 +192,40 @@ class GradScaler:
         if len(state_dict) == 0:
             raise RuntimeError("The source state dict is empty, possibly because it was saved "
                                "from a disabled instance of GradScaler.")
-        self._scale = float(np.float32(float(state_dict["scale"])))
         self._growth_factor = float(state_dict["growth_factor"])
         self._backoff_factor = float(state_dict["backoff_factor"])
         self._growth_interval = int(state_dict["growth_interval"])
-        self._growth_tracker = int(state_dict["_growth_tracker"])
+        with no_grad():  # in place: a compiled step keeps reading the same tensors
+            self._scale.fill_(float(state_dict["scale"]))
+            self._growth_tracker.fill_(int(state_dict["_growth_tracker"]))
+
+
+def _filled(value, dtype, device) -> Tensor:
+    return full((), value, dtype=dtype, device=device)
+
+
+def _step_unless(optimizer, skip, args, kwargs):
+    """``optimizer.step()`` recorded in a trace, then every parameter with a gradient and
+    every tensor in its optimizer state put back to its value before the step where the bool
+    0-d ``skip`` is set. Raises TraceError when the step adds or rebinds non-tensor state, which
+    a graph cannot put back."""
+    with no_grad():
+        before = [(p, p.clone(), {key: value.clone() if isinstance(value, Tensor) else value
+                                  for key, value in optimizer.state.get(p, {}).items()})
+                  for group in optimizer.param_groups for p in group["params"]
+                  if p.grad is not None]
+    result = optimizer.step(*args, **kwargs)
+    with no_grad():
+        for p, old, entries in before:
+            p.copy_(where(skip, old, p))
+            for key, value in optimizer.state.get(p, {}).items():
+                earlier = entries.get(key)
+                if isinstance(value, Tensor) and isinstance(earlier, Tensor):
+                    value.copy_(where(skip, earlier, value))
+                elif key not in entries or isinstance(value, Tensor) or \
+                        isinstance(earlier, Tensor) or value != earlier:
+                    raise TraceError(
+                        f"GradScaler.step: {type(optimizer).__name__}'s step changed its "
+                        f"state entry {key!r} in a way a compiled step cannot undo when the "
+                        f"gradients hold inf or NaN (a new entry, or a non-tensor value)")
+    return result

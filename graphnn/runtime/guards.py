@@ -14,7 +14,8 @@ The guard rules, in one place. A call's signature holds:
   and each module's plain attributes: the ``repr`` of numbers, bools, strings, None and tuples
   of them, and the identity and version of tensors that are not registered parameters or
   buffers, and of non-persistent buffers (a trace bakes both in as constants, so rebinding one
-  or writing it in place counts).
+  or writing it in place counts), and each GradScaler's settings (enabled, growth and backoff
+  factors, growth interval) and whether it is mid-iteration.
 
 Two calls with equal signatures can run the same kernel. ``describe_change`` says, readably,
 why a new signature needed a recompile (``input 0 shape [32,3,32,32] -> [16,3,32,32]``,
@@ -116,7 +117,7 @@ def _spec_changes(what: str, old: TensorSpec, new: TensorSpec) -> list:
 
 
 _CONTEXT_PARTS = ("optimizer settings", "train/eval mode", "optimizer step state",
-                  "parameter or optimizer objects", "module attributes")
+                  "parameter or optimizer objects", "module attributes", "GradScaler settings")
 _NAMED_PARTS = ("train/eval mode", "module attributes")  # ((name, value), ...): name the changes
 
 
