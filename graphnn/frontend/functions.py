@@ -75,7 +75,13 @@ def embedding(input, weight):
 
 def linear(input, weight, bias=None):
     """``input @ weight.T + bias`` over any leading dims (one op for autocast: the bias is
-    cast with the operands)."""
+    cast with the operands). In float16 and bfloat16 the bias is added to the float32
+    product and the sum rounded once (one ``matmul_epilogue``), as PyTorch's ``addmm``
+    does; wider dtypes add it after the matmul, which rounds the same."""
     input, weight, bias = autocast.cast_args("linear", input, weight, bias)
-    out = apply1("matmul", input, weight.transpose(-2, -1) if weight.ndim == 2 else weight)
+    other = weight.transpose(-2, -1) if weight.ndim == 2 else weight
+    if bias is not None and input.dtype.itemsize == 2 and bias.dtype == input.dtype == \
+            weight.dtype and bias.ndim == 1 and other.ndim == 2:
+        return apply1("matmul_epilogue", input, other, bias, bias=True)
+    out = apply1("matmul", input, other)
     return out if bias is None else out + bias
