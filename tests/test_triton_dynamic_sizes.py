@@ -4,9 +4,9 @@ kernels is compiled for sm80/sm90 ahead of time.
 
 Each case runs the compiled callable at several sizes against eager graphnn on the same
 tensors, and checks that it compiled once (no recompile, so no eager fallback past
-``recompile_limit``). The pointwise, reduction and GEMM templates and the attention forward
-write sizes as expressions; the others get their sizes fixed by guards, which recompiles per
-size, as checked last.
+``recompile_limit``). The pointwise, reduction, GEMM, indexing and random templates and the
+attention forward write sizes as expressions; the others get their sizes fixed by guards,
+which recompiles per size, as checked last.
 """
 import warnings
 
@@ -138,6 +138,37 @@ def test_embedding_and_gather_reads_with_symbolic_index_shapes():
     assert "host_op" not in source and "_rt.check_indices" in source
 
 
+def _scatter_and_dropout(x, idx, src):
+    return x.scatter_add(1, idx, src), F.dropout(x, 0.5, training=True)
+
+
+def test_embedding_gradient_scatter_add_and_dropout_with_symbolic_sizes():
+    """The indexing writes (an embedding's gradient is an ``index_put`` that walks the tokens;
+    ``scatter_add`` with fewer index rows than the base's) and the device random template run
+    at every size from one compile, equal to eager (the same seed draws the same dropout mask
+    on the device)."""
+    graphnn.manual_seed(5)
+    embedding = nn.Embedding(11, 6).to("cuda")
+
+    def fn(tokens, x, idx, src):
+        embedding(tokens).square().sum().backward()
+        grad = embedding.weight.grad.clone()
+        embedding.weight.grad = None
+        return (grad, *_scatter_and_dropout(x, idx, src))
+    compiled = graphnn.compile(fn, dynamic=True)
+    for batch, length in [(3, 3), (4, 8), (6, 4)]:  # batch - 1 >= 2: a symbolic size too
+        tokens = graphnn.randint(0, 11, (batch, length)).to("cuda")
+        idx = graphnn.randint(0, length, (batch - 1, 2)).to("cuda")
+        inputs = (tokens, _cuda(batch, length), idx, _cuda(batch - 1, 2))
+        graphnn.manual_seed(9)
+        ours = _quietly(compiled, *inputs)
+        graphnn.manual_seed(9)
+        _assert_close(ours, fn(*inputs))
+    assert compiled.compiles == 1 and compiled.recompile_reasons == []
+    source = compiled.kernel_sources()["step"]
+    assert "host_op" not in source and "tl.randint4x" in source and "for q in range((s" in source
+
+
 def test_training_with_symbolic_sizes_matches_eager_gradients():
     graphnn.manual_seed(2)
     model = nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3))
@@ -196,15 +227,17 @@ def test_random_values_drawn_on_the_host_are_drawn_at_the_compiling_sizes():
 
 
 def test_symbolic_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
-    """The GPU form of symbolic pointwise, reduction, GEMM and attention kernels (their sizes
-    integer arguments) compiles to PTX without a GPU."""
+    """The GPU form of symbolic pointwise, reduction, GEMM, attention, scatter and random
+    kernels (their sizes integer arguments) compiles to PTX without a GPU."""
     graphnn.manual_seed(3)
     model = Rows().to("cuda")
     linear = nn.Linear(8, 8).to("cuda")
 
     def attend(q, k):
         return F.scaled_dot_product_attention(q, k, k, is_causal=True) @ linear.weight
-    cases = [(model, (_cuda(2, 5, 12), _cuda(5, 1))), (attend, (_cuda(2, 2, 5, 8),) * 2)]
+    indices = graphnn.randint(0, 4, (2, 2)).to("cuda")
+    cases = [(model, (_cuda(2, 5, 12), _cuda(5, 1))), (attend, (_cuda(2, 2, 5, 8),) * 2),
+             (_scatter_and_dropout, (_cuda(3, 4), indices, _cuda(2, 2)))]
     paths = []
     for k, (fn, inputs) in enumerate(cases):
         compiled = graphnn.compile(fn, dynamic=True)
@@ -217,4 +250,4 @@ def test_symbolic_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
         path = tmp_path / f"symbolic{k}_sm90.py"
         path.write_text(source)
         paths.append(str(path))
-    assert compile_ahead_of_time(paths) >= 4
+    assert compile_ahead_of_time(paths) >= 6

@@ -50,7 +50,7 @@ from .attention import attention
 from .device import interpreted
 from .conv import conv
 from .gemm import gemm
-from .indexing import scatter_gather
+from .indexing import INDEXING_OPS, scatter_gather
 from .kernels import DEFAULT_BLOCKS, Unlowered, size_text
 from .pool import max_pool2d
 from .reduction import reduction
@@ -149,13 +149,15 @@ def _slice_scatter(node, name) -> str | None:
 
 def _writes_symbols(unit) -> bool:
     """Whether ``unit``'s template writes symbolic sizes as expressions: the pointwise
-    (``kernels.py``), reduction (``reduction.py``) and GEMM templates, the attention forward
-    and the indexing reads (``gather``, ``index``: embedding lookups). The others are given the
-    unit with every size fixed (``units.specialised``: guarded)."""
+    (``kernels.py``), reduction (``reduction.py``), GEMM and random templates, the attention
+    forward and the indexing ops (``indexing.py``: ``gather``, ``index``, ``scatter_add``,
+    ``index_put``: embedding lookups and their gradients). The others are given the unit with
+    every size fixed (``units.specialised``: guarded)."""
     op = unit.nodes[0].op if len(unit.nodes) == 1 else None
-    return unit.kind in (KernelKind.POINTWISE, KernelKind.REDUCTION, KernelKind.GEMM) or \
+    return unit.kind in (KernelKind.POINTWISE, KernelKind.REDUCTION, KernelKind.GEMM,
+                         KernelKind.RANDOM) or \
         (unit.kind is KernelKind.ATTENTION and op == ATTENTION) or \
-        (unit.kind is KernelKind.SCATTER_GATHER and op in ("gather", "index"))
+        (unit.kind is KernelKind.SCATTER_GATHER and op in INDEXING_OPS)
 
 
 def _text_at_hints(graph) -> str:

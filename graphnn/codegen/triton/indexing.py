@@ -5,8 +5,9 @@ Each op is described as a ``_Space``: the space ``P`` of the positions it visits
 shape for ``gather``/``scatter_add``, the indexed shape for ``index``/``index_put``), for each
 dim of ``P`` the dim of the indexed tensor (``base``) it walks or None (a dim of the index
 tensors), and the index tensors with the dim of ``base`` each addresses. Every tensor is
-C-contiguous (the wrapper makes reads so), shapes are literals (symbolic sizes, for the reads:
-expressions in the kernel's size arguments).
+C-contiguous (the wrapper makes reads so), shapes are literals, and symbolic sizes are
+expressions in the kernel's size arguments (``kernels.size_text``; a write's loops then run to
+a size argument).
 
 - Reads (``gather``, ``index``): one program per ``BLOCK`` of ``P``; each position loads its
   indices, then the element of ``base`` they address, and stores it.
@@ -34,7 +35,7 @@ import math
 from dataclasses import dataclass
 
 from graphnn.ir.ops.shape_rules import broadcast_shapes
-from graphnn.ir.symbolic import same_size
+from graphnn.ir.symbolic import Sym, same_size
 
 from .kernels import Blocks, KernelBody, Launch, aligned_strides, launch_of, next_pow2, \
     programs, size_text
@@ -178,13 +179,13 @@ def _write(name, unit, space, base, src, accumulate, blocks, interpreter_form) -
     strides = _strides(space.base)
     body = KernelBody(interpreter_form, unit)
     body.emit(f"lanes = {body.program()} * BLOCK + tl.arange(0, BLOCK)")
-    body.emit(f"lmask = lanes < {lines}")
+    body.emit(f"lmask = lanes < {size_text(lines)}")
     body.emit("zero = lanes * 0")
     coordinates(body, "lanes", lines_shape, [f"l{e}" for e in line_dims])
     line = _offset([strides[e] for e in line_dims], [f"l{e}" for e in line_dims])
     body.emit(f"line = {line} + zero")
     own = [space.base[e] for e in own_dims]
-    body.emit(f"for j in range({math.prod(own)}):")  # copy the program's lines
+    body.emit(f"for j in range({size_text(math.prod(own))}):")  # copy the program's lines
     body.indent += 1
     coordinates(body, body.index("j"), own, [f"j{e}" for e in own_dims])
     at = f"line + {_offset([strides[e] for e in own_dims], [f'j{e}' for e in own_dims])}"
@@ -192,23 +193,24 @@ def _write(name, unit, space, base, src, accumulate, blocks, interpreter_form) -
               f"mask=lmask)")
     body.indent -= 1
     body.emit("tl.debug_barrier()")
-    inside = [f"(l{e} < {n})" for n, e in zip(space.shape, space.walks)
-              if e is not None and n < space.base[e]]
+    inside = [f"(l{e} < {size_text(n)})" for n, e in zip(space.shape, space.walks)
+              if e is not None and not same_size(n, space.base[e])]  # no guard: n <= base
     body.emit(f"pmask = {' & '.join(['lmask'] + inside)}")
     loop_dims = [k for k, e in enumerate(space.walks) if e is None]
-    names = [f"l{e}" if e is not None else f"s{k}" for k, e in enumerate(space.walks)]
-    body.emit(f"for s in range({math.prod(space.shape[k] for k in loop_dims)}):")
+    # the walk's coordinates are q0, q1... (s0, s1... are the size arguments)
+    names = [f"l{e}" if e is not None else f"q{k}" for k, e in enumerate(space.walks)]
+    body.emit(f"for q in range({size_text(math.prod(space.shape[k] for k in loop_dims))}):")
     body.indent += 1
-    coordinates(body, "s", [space.shape[k] for k in loop_dims], [f"s{k}" for k in loop_dims])
+    coordinates(body, "q", [space.shape[k] for k in loop_dims], [f"q{k}" for k in loop_dims])
     for k in loop_dims:  # as blocks, like the lines' coordinates
-        body.emit(f"s{k} = s{k} + zero")
+        body.emit(f"q{k} = q{k} + zero")
     variables, ok = _load_indices(body, unit, space, names, "pmask")
     src_strides = aligned_strides(tuple(src.type.shape), space.shape,
                                   list(range(len(space.shape))), len(space.shape))
     v = load_computed(body, f"in{unit.read_index(src)}", _offset(src_strides, names), ok,
                       src.type.dtype, 0)
     v = body.tmp(_converted(v, src.type.dtype, dtype))
-    target = " + ".join(["line"] + [f"{x} * {strides[d]}"
+    target = " + ".join(["line"] + [f"{x} * {size_text(strides[d])}"
                                     for x, (_, d, _) in zip(variables, space.indices)])
     if accumulate:
         old = load_computed(body, "out0", target, ok, dtype, 0)
@@ -216,8 +218,11 @@ def _write(name, unit, space, base, src, accumulate, blocks, interpreter_form) -
     body.store("out0", target, v, ok, dtype)
     body.indent -= 1
     block = min(next_pow2(lines), blocks.pointwise)
-    return launch_of(name, unit, body, -(-lines // block) if math.prod(space.base) else 0,
-                     {"BLOCK": block})
+    empty = any(not isinstance(size, Sym) and size == 0 for size in space.base)
+    return launch_of(name, unit, body, 0 if empty else programs(lines, block), {"BLOCK": block})
+
+
+INDEXING_OPS = frozenset({"gather", "index", "scatter_add", "index_put"})  # this file's ops
 
 
 def scatter_gather(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:

@@ -8,7 +8,8 @@ implementation on the host (the host stream of that seed, as the other backends 
 
 Element ``i`` of the flattened result takes the four 32-bit words ``tl.randint4x(seed, i)``
 (Philox4x32-10 with counter ``i`` and the 64-bit seed as key), so a value depends only on the
-seed and its position, never on the block size or the grid:
+seed and its position, never on the block size or the grid (nor, with symbolic sizes, on
+anything but the flat position: the element count is a size argument):
 
 - ``rand``: the top ``b`` bits of a word times ``2**-b``, ``b`` the dtype's mantissa bits plus
   one (24 for float32, 11 for float16, 8 for bfloat16; 53 from two words for float64): exact
@@ -24,9 +25,11 @@ transforms) for the same seed, as PyTorch's CUDA numbers differ from its CPU num
 """
 from __future__ import annotations
 
+import math
+
 from graphnn.ir.dtypes import finfo
 
-from .kernels import Blocks, KernelBody, Launch, launch_of, next_pow2
+from .kernels import Blocks, KernelBody, Launch, launch_of, next_pow2, programs, size_text
 from .ops import Unlowered, compute, square_root
 
 RANDOM_OPS = frozenset({"rand", "randn", "randint"})
@@ -76,12 +79,12 @@ def random(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
         raise Unlowered(f"{node.op} with a seed attribute (the host stream of that seed)")
     if [v.name for v in unit.writes] != [out.name]:
         raise Unlowered(f"{node.op} whose result is not written")
-    numel = out.type.numel
+    numel = math.prod(out.type.shape)
     block = min(next_pow2(numel), blocks.pointwise)
     body = KernelBody(interpreter_form, unit)
     body.emit(f"offs = {body.program()} * BLOCK + tl.arange(0, BLOCK)")
-    body.emit(f"mask = offs < {numel}")
+    body.emit(f"mask = offs < {size_text(numel)}")
     body.emit(f"seed = tl.load(in{unit.read_index(node.inputs[0])})")
     body.emit("r0, r1, r2, r3 = tl.randint4x(seed, offs)")
     body.store("out0", "offs", _value(body, node), "mask", out.type.dtype)
-    return launch_of(name, unit, body, -(-numel // block), {"BLOCK": block})
+    return launch_of(name, unit, body, programs(numel, block), {"BLOCK": block})
