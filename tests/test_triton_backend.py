@@ -350,6 +350,28 @@ def test_a_cat_of_its_own_runs_on_the_device(isolated_cache):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("start,direction,step,dtype", [
+    (0, 1, 1, "int64"), (5, -1, -3, "int32"), (100, 1, 7, "int8"),  # int8 wraps past 127
+    (-3, 1, 2, "uint8")])
+def test_arange_runs_on_the_device_with_the_reference_values(start, direction, step, dtype,
+                                                              isolated_cache):
+    """An integer ``arange`` whose end is a size (positions, causal masks; ``dynamic=True``
+    keeps it symbolic) is made on the device by torch.arange, not run on the host: bit for
+    bit the NumPy backend's values, wrapping in narrow dtypes as they do."""
+    def f(x):
+        end = start + direction * x.shape[0]
+        return graphnn.arange(start, end, step, dtype=getattr(graphnn, dtype))
+
+    x = graphnn.zeros(40)
+    results = {backend: graphnn.compile(f, backend=backend, dynamic=True)(x)
+               for backend in ("triton", "numpy")}
+    assert "arange" not in _host_ops(_sources(isolated_cache))
+    assert "_rt.arange(" in _sources(isolated_cache)
+    ours, theirs = (r.cpu().numpy() for r in results.values())
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape and ours.size > 3
+    np.testing.assert_array_equal(ours.view(np.uint8), theirs.view(np.uint8))
+
+
 @pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
 def test_a_pad_of_its_own_runs_on_the_device(mode, isolated_cache):
     """A ``pad`` kernel is a torch copy on the device in every mode (a fill converted to the

@@ -194,6 +194,64 @@ def test_training_with_symbolic_sizes_matches_eager_gradients():
         "def kernel(sizes):" in sources["backward"]
 
 
+class TinyGPT(nn.Module):
+    """Token and position embeddings (positions from ``arange`` over the length), causal
+    attention and a vocabulary head: what a language model's training step needs."""
+
+    def __init__(self, vocab=13, dim=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.wte, self.wpe = nn.Embedding(vocab, dim), nn.Embedding(32, dim)
+        # no qkv bias: a key bias's gradient is 0 up to rounding, which Adam scales to lr
+        self.qkv, self.head = nn.Linear(dim, 3 * dim, bias=False), nn.Linear(dim, vocab)
+
+    def forward(self, tokens):
+        b, t = tokens.shape
+        x = self.wte(tokens) + self.wpe(graphnn.arange(t, device=tokens.device))
+        q, k, v = (z.reshape(b, t, self.heads, -1).transpose(1, 2)
+                   for z in self.qkv(x).chunk(3, dim=-1))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.head(x + y.transpose(1, 2).reshape(b, t, -1))
+
+
+@pytest.mark.parametrize("dim,sizes,flash", [
+    (16, [(2, 5), (3, 9), (2, 17), (4, 6)], False),
+    (8, [(2, 24), (3, 9), (2, 17)], True)])  # head dim 4: long rows take the flash backward
+def test_a_language_model_training_step_compiles_once_for_every_batch_and_length(
+        dim, sizes, flash):
+    """A whole training step (embeddings, ``arange`` positions, causal attention, cross
+    entropy whose mean divides by a symbolic count, AdamW) on cuda with ``dynamic=True``:
+    one compile for every batch size and length, each step equal to an eager twin's. Short
+    rows keep the attention's probabilities for the backward; rows long for their head dim
+    (at the compiling sizes) run the flash-attention backward's kernels."""
+    graphnn.manual_seed(6)
+    models = [TinyGPT(dim=dim).to("cuda") for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    steps = []
+    for model in models:
+        opt = graphnn.optim.AdamW(model.parameters(), lr=1e-2)
+
+        def step(tokens, targets, model=model, opt=opt):
+            logits = model(tokens)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss.detach()
+        steps.append(step)
+    compiled = graphnn.compile(steps[0], dynamic=True)
+    for batch, length in sizes:
+        tokens = graphnn.randint(0, 13, (batch, length + 1)).to("cuda")
+        inputs = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+        _assert_close(_quietly(compiled, *inputs), steps[1](*inputs))
+        for ours, theirs in zip(*(m.parameters() for m in models)):
+            _assert_close(ours, theirs)
+    assert compiled.compiles == 1 and compiled.recompile_reasons == []
+    source = compiled.kernel_sources()["step"]
+    assert "host_op" not in source and "_rt.arange(0, s" in source
+    assert ("dk_acc" in source) == flash  # the flash backward's key programs
+
+
 def test_templates_without_symbolic_sizes_fix_them_by_guards():
     """A kernel whose template writes sizes as numbers (here max pooling) or a node run on
     the host (``sort``) gets the compiling sizes, guarded: right results, one compile per
@@ -227,27 +285,38 @@ def test_random_values_drawn_on_the_host_are_drawn_at_the_compiling_sizes():
 
 
 def test_symbolic_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
-    """The GPU form of symbolic pointwise, reduction, GEMM, attention, scatter and random
-    kernels (their sizes integer arguments) compiles to PTX without a GPU."""
+    """The GPU form of symbolic pointwise, reduction, GEMM, attention (forward and flash
+    backward), scatter and random kernels (their sizes integer arguments) compiles to PTX
+    without a GPU."""
     graphnn.manual_seed(3)
     model = Rows().to("cuda")
     linear = nn.Linear(8, 8).to("cuda")
+    gpt = TinyGPT(dim=8).to("cuda")  # head dim 4: the flash backward
+    sgd = graphnn.optim.SGD(gpt.parameters(), lr=0.1)
 
     def attend(q, k):
         return F.scaled_dot_product_attention(q, k, k, is_causal=True) @ linear.weight
+
+    def train(tokens):
+        gpt(tokens).square().mean().backward()
+        sgd.step()
+        sgd.zero_grad()
     indices = graphnn.randint(0, 4, (2, 2)).to("cuda")
     cases = [(model, (_cuda(2, 5, 12), _cuda(5, 1))), (attend, (_cuda(2, 2, 5, 8),) * 2),
-             (_scatter_and_dropout, (_cuda(3, 4), indices, _cuda(2, 2)))]
+             (_scatter_and_dropout, (_cuda(3, 4), indices, _cuda(2, 2))),
+             (train, (graphnn.randint(0, 13, (2, 24)).to("cuda"),))]
     paths = []
     for k, (fn, inputs) in enumerate(cases):
         compiled = graphnn.compile(fn, dynamic=True)
-        with graphnn.no_grad():
-            compiled(*inputs)
+        with graphnn.set_grad_enabled(fn is train):
+            for _ in range(2):  # a step's first call runs eagerly, then compiles
+                compiled(*inputs)
         artifact = compiled._entries[compiled._last].latest.artifact
         with active_env(artifact.env):
             source = generate(artifact.schedule, None, interpreter_form=False)
         assert "def kernel(sizes):" in source and ": tl.constexpr" in source
+        assert fn is not train or "dk_acc" in source
         path = tmp_path / f"symbolic{k}_sm90.py"
         path.write_text(source)
         paths.append(str(path))
-    assert compile_ahead_of_time(paths) >= 6
+    assert compile_ahead_of_time(paths) >= 8

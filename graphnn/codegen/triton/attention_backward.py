@@ -30,6 +30,10 @@ backward dV from ``P · drop`` and dS from ``dP · drop``. Dropout with a seed a
 broadcast batch dims, and an output only some programs could write raise ``Unlowered`` (the
 node runs on the host). A row with no key gives P = 0 with a safe softmax over a mask and NaN
 otherwise, as the reference's ``_probabilities``.
+
+Symbolic sizes (query and key lengths, batch dims) are expressions in the kernel's size
+arguments, as in the forward (``attention.py``): the key programs' count and the loops over
+query blocks run to them.
 """
 from __future__ import annotations
 
@@ -38,7 +42,7 @@ import math
 from .attention import (NINF, Operands, block_sizes, check, dot_operand, head_ranges,
                         key_loop, online_softmax_init, online_softmax_step, query_program)
 from .gemm import dot_precision
-from .kernels import Blocks, KernelBody, Launch, launch_of
+from .kernels import Blocks, KernelBody, Launch, launch_of, product_text, programs, size_text
 from .ops import Unlowered, divide, number
 
 
@@ -65,7 +69,7 @@ def stats(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     ops = Operands(body, unit, node, result=g)
     sizes = block_sizes(ops, blocks)
     body.emit(f"pid = {body.program()}")
-    programs = query_program(ops, sizes)
+    count = query_program(ops, sizes)
     qb = ops.load(q, "rows[:, None]", "dq[None, :]", "rmask[:, None] & dmask[None, :]")
     gb = ops.load(g, "rows[:, None]", "dv[None, :]", "rmask[:, None] & emask[None, :]")
     online_softmax_init(body, acc_type)
@@ -86,7 +90,7 @@ def stats(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
         if pointer is not None:
             body.store(pointer, ops.row_offset(value, "rows"), body.tmp(expr), "rmask",
                        value.type.dtype)
-    return launch_of(name, unit, body, programs if ops.t else 0, sizes)
+    return launch_of(name, unit, body, count if ops.t else 0, sizes)
 
 
 def _check_batch(ops: Operands, node) -> None:
@@ -146,7 +150,7 @@ class _Backward:
     def key_program(self, sizes: dict, dk, dv) -> None:
         """Emit the programs over key blocks (dk and dv)."""
         ops, body, node = self.ops, self.body, self.node
-        tiles = -(-ops.s // sizes["BLOCK_N"])
+        tiles = programs(ops.s, sizes["BLOCK_N"])
         kv_batch = tuple(self.k.type.shape[:-2])
         body.emit(f"ktile = pid % {tiles}")
         body.emit(f"kvb = pid // {tiles}")
@@ -156,7 +160,7 @@ class _Backward:
             body.emit(f"hk = b{head}" if kv_batch[-1] > 1 else "hk = 0")
             body.emit(f"b{head} = hk * {ops.groups}")
         body.emit(f"cols = ktile * BLOCK_N + {body.arange('BLOCK_N')}")
-        body.emit(f"cmask = cols < {ops.s}")
+        body.emit(f"cmask = cols < {size_text(ops.s)}")
         kt = ops.load(self.k, "cols[None, :]", "dq[:, None]", "dmask[:, None] & cmask[None, :]",
                       grouped=True)
         body.emit(f"dk_acc = tl.zeros([BLOCK_N, BLOCK_D], {self.acc})")
@@ -165,10 +169,10 @@ class _Backward:
             body.emit(f"for grp in range({ops.groups}):")
             body.indent += 1
             body.emit(f"b{head} = hk * {ops.groups} + grp")
-        body.emit(f"for mstart in range(0, {ops.t}, BLOCK_M):")
+        body.emit(f"for mstart in range(0, {size_text(ops.t)}, BLOCK_M):")
         body.indent += 1
         body.emit(f"rows = mstart + {body.arange('BLOCK_M')}")
-        body.emit(f"rmask = rows < {ops.t}")
+        body.emit(f"rmask = rows < {size_text(ops.t)}")
         qb, gb, lse, delta = self.row_inputs()
         scores = ops.scores(qb, kt, self.acc, "rows[:, None]", "cols[None, :]",
                             "rmask[:, None] & cmask[None, :]")
@@ -186,11 +190,11 @@ class _Backward:
                                                grouped=True),
                            body.tmp(acc), f"cmask[:, None] & {mask}[None, :]", value.type.dtype)
 
-    def query_program(self, sizes: dict, dq, first: int) -> int:
-        """Emit the programs over query blocks (dq), numbered from ``first``; returns their
-        number."""
+    def query_program(self, sizes: dict, dq, first):
+        """Emit the programs over query blocks (dq), numbered from ``first`` (a ``programs``
+        count); returns their number (likewise)."""
         ops, body = self.ops, self.body
-        programs = query_program(ops, sizes, program=f"(pid - {first})")
+        count = query_program(ops, sizes, program=f"(pid - ({first}))")
         qb, gb, lse, delta = self.row_inputs()
         body.emit(f"dq_acc = tl.zeros([BLOCK_M, BLOCK_D], {self.acc})")
         self.score_gradient(key_loop(ops, qb, self.acc), gb, lse, delta)
@@ -201,7 +205,7 @@ class _Backward:
         body.store(_pointer(self.unit, dq), ops.offset(dq, "rows[:, None]", "dq[None, :]"),
                    body.tmp(f"dq_acc * {number(self.node.attrs['scale'])}"),
                    "rmask[:, None] & dmask[None, :]", dq.type.dtype)
-        return programs
+        return count
 
 
 def backward(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
@@ -214,7 +218,8 @@ def backward(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     head_ranges(kernel.ops)
     keys = 0
     if (_pointer(unit, dk) or _pointer(unit, dv)) and kernel.ops.s:
-        keys = math.prod(kernel.k.type.shape[:-2]) * -(-kernel.ops.s // sizes["BLOCK_N"])
+        keys = product_text(math.prod(kernel.k.type.shape[:-2]),
+                            programs(kernel.ops.s, sizes["BLOCK_N"]))
         body.emit(f"if pid < {keys}:")
         body.indent += 1
         kernel.key_program(sizes, dk, dv)
@@ -225,4 +230,6 @@ def backward(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
         body.indent += 1
         queries = kernel.query_program(sizes, dq, keys)
         body.indent -= 1
-    return launch_of(name, unit, body, keys + queries, sizes)
+    total = keys + queries if isinstance(keys, int) and isinstance(queries, int) else \
+        f"{keys} + {queries}"
+    return launch_of(name, unit, body, total, sizes)

@@ -11,7 +11,8 @@ device tensors:
 - templated kernels: a fresh output tensor per write, the launch's index checks, then one
   launch;
 - views (reshape, permute, expand, slice): the torch view of the tensor (a kernel reading one
-  gets it made contiguous); ``full``: ``torch.full`` on the device; a ``cat``, ``pad`` or
+  gets it made contiguous); ``full``: ``torch.full`` on the device; an integer ``arange``:
+  ``torch.arange`` on the device (``support.arange``); a ``cat``, ``pad`` or
   ``slice_scatter`` of its own (``_COPIES``): a torch copy on the device (``torch.cat`` in the
   reference's promoted dtype; a fill and a copy, or gathers of the padded dims' source
   positions; a clone with the slice assigned);
@@ -40,9 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-from graphnn.ir.ops.attention import NAME as ATTENTION
 from graphnn.ir.schedule import KernelKind
-from graphnn.ir.symbolic import current_env, graph_symbols, hint_of, hinted, map_sizes
+from graphnn.ir.symbolic import Sym, current_env, graph_symbols, hint_of, hinted, map_sizes
 from graphnn.ir.types import TensorType
 
 from . import kernels
@@ -119,10 +119,24 @@ def _filler(value, dtype) -> str:
 
 
 def _fill(node) -> str:
-    """The torch source of a ``full`` node (its value converted by ``_filler``)."""
-    dtype = node.attrs["dtype"]
-    return (f"_rt.full({_sizes(node.attrs['shape'])}, {_filler(node.attrs['value'], dtype)}, "
-            f"{dtype.name!r})")
+    """The torch source of a ``full`` node (its value converted by ``_filler``; a symbolic
+    size, such as a mean's element count, as its expression, which torch converts)."""
+    dtype, value = node.attrs["dtype"], node.attrs["value"]
+    filler = size_text(value) if isinstance(value, Sym) else _filler(value, dtype)
+    return f"_rt.full({_sizes(node.attrs['shape'])}, {filler}, {dtype.name!r})"
+
+
+def _arange(node) -> str | None:
+    """The wrapper source of an integer ``arange`` node (its end a size expression where
+    symbolic); None for a floating one (its bounds are fixed by guards, so it is a constant,
+    or it runs on the host)."""
+    attrs = node.attrs
+    if attrs["dtype"].is_floating_point:
+        return None
+    end = attrs["end"]
+    end = size_text(end) if isinstance(end, Sym) else _number(end)
+    return (f"_rt.arange({_number(attrs['start'])}, {end}, {_number(attrs['step'])}, "
+            f"{attrs['dtype'].name!r})")
 
 
 def _cat(node, name) -> str:
@@ -149,14 +163,14 @@ def _slice_scatter(node, name) -> str | None:
 
 def _writes_symbols(unit) -> bool:
     """Whether ``unit``'s template writes symbolic sizes as expressions: the pointwise
-    (``kernels.py``), reduction (``reduction.py``), GEMM and random templates, the attention
-    forward and the indexing ops (``indexing.py``: ``gather``, ``index``, ``scatter_add``,
+    (``kernels.py``), reduction (``reduction.py``), GEMM, random and attention (forward and
+    backward) templates, and the indexing ops (``indexing.py``: ``gather``, ``index``, ``scatter_add``,
     ``index_put``: embedding lookups and their gradients). The others are given the unit with
     every size fixed (``units.specialised``: guarded)."""
     op = unit.nodes[0].op if len(unit.nodes) == 1 else None
     return unit.kind in (KernelKind.POINTWISE, KernelKind.REDUCTION, KernelKind.GEMM,
                          KernelKind.RANDOM) or \
-        (unit.kind is KernelKind.ATTENTION and op == ATTENTION) or \
+        unit.kind is KernelKind.ATTENTION or \
         (unit.kind is KernelKind.SCATTER_GATHER and op in INDEXING_OPS)
 
 
@@ -178,6 +192,9 @@ def _text_at_hints(graph) -> str:
 # ops whose kernel of their own is a torch copy on the device (no template): node, the
 # variable name of a value -> the expression, or None where the node needs the host
 _COPIES = {"cat": _cat, "pad": _pad, "slice_scatter": _slice_scatter}
+# creation ops made by a torch call on the device (no template): node -> wrapper source, or
+# None (then a template or the host)
+_CREATIONS = {"full": _fill, "arange": _arange}
 
 
 class _Module:
@@ -213,9 +230,11 @@ class _Module:
             if x.name in self.shared:
                 self.shared.add(out.name)
             return
-        if unit.kind is KernelKind.POINTWISE and unit.nodes[0].op == "full":
+        made = _CREATIONS[unit.nodes[0].op](unit.nodes[0]) \
+            if unit.kind is KernelKind.POINTWISE and unit.nodes[0].op in _CREATIONS else None
+        if made is not None:
             out = unit.nodes[0].outputs[0]
-            self.emit(f"{self.name(out)} = {_fill(unit.nodes[0])}", out)
+            self.emit(f"{self.name(out)} = {made}", out)
             return
         copy = _COPIES[unit.nodes[0].op](unit.nodes[0], self.name) \
             if len(unit.nodes) == 1 and unit.nodes[0].op in _COPIES else None

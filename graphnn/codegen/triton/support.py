@@ -9,6 +9,7 @@ from graphnn.ir import get_op, parse
 from graphnn.ir.dtypes import as_dtype
 from graphnn.ir.errors import IndexError_
 from graphnn.ir.graph import map_structure
+from graphnn.ir.ops.creation import arange_bounds
 from graphnn.ir.ops.shape import pad_pairs, pad_source_index
 
 from .device import DEVICE, require_torch, torch_dtype
@@ -67,6 +68,16 @@ def full(shape: tuple, value, dtype_name: str):
     """A new device tensor holding ``value`` (already converted to the dtype) everywhere."""
     return torch.full(shape, value, dtype=torch_dtype(as_dtype(dtype_name)),
                       device=DEVICE.place())
+
+
+def arange(start, end, step, dtype_name: str):
+    """The ``arange`` op's values on the device for an integer dtype (``end`` evaluated by the
+    wrapper: a size at the call's value): an int64 ``torch.arange`` times ``step`` plus
+    ``start``, converted, wrapping as the reference's int64 arithmetic does."""
+    dtype = as_dtype(dtype_name)
+    start, step, count = arange_bounds(start, end, step, dtype)
+    values = start + step * torch.arange(count, dtype=torch.int64, device=DEVICE.place())
+    return values.to(torch_dtype(dtype))
 
 
 def cat(parts: tuple, dim: int, dtype_name: str):

@@ -118,7 +118,7 @@ _creation("randint", OpGroup.RANDOM, _randint,
           _check_range, arity=(0, 1))
 
 
-def _arange_bounds(start, end, step, dtype):
+def arange_bounds(start, end, step, dtype):
     """(start, step, size) as PyTorch computes them: integer dtypes truncate the bounds first,
     float dtypes compute the size in float64.
 
@@ -150,11 +150,11 @@ def _arange_bounds(start, end, step, dtype):
 
 
 def _arange_infer(types, *, start, end, step, dtype):
-    return TensorType((_arange_bounds(start, end, step, dtype)[2],), dtype)
+    return TensorType((arange_bounds(start, end, step, dtype)[2],), dtype)
 
 
 def _arange(*, start, end, step, dtype):
-    start, step, n = _arange_bounds(start, end, step, dtype)
+    start, step, n = arange_bounds(start, end, step, dtype)
     acc = np.float64 if dtype.is_floating_point else np.int64
     return (start + step * np.arange(n, dtype=acc)).astype(dtype.np)
 
