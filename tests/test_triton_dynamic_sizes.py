@@ -4,9 +4,10 @@ kernels is compiled for sm80/sm90 ahead of time.
 
 Each case runs the compiled callable at several sizes against eager graphnn on the same
 tensors, and checks that it compiled once (no recompile, so no eager fallback past
-``recompile_limit``). The pointwise, reduction, GEMM, indexing and random templates and the
-attention forward write sizes as expressions; the others get their sizes fixed by guards,
-which recompiles per size, as checked last.
+``recompile_limit``). The pointwise, reduction, GEMM, indexing, random, attention,
+convolution and pooling templates write sizes as expressions; the others (scans, the fused
+optimizer update) and host ops get their sizes fixed by guards, which recompiles per size, as
+checked last.
 """
 import warnings
 
@@ -252,13 +253,41 @@ def test_a_language_model_training_step_compiles_once_for_every_batch_and_length
     assert ("dk_acc" in source) == flash  # the flash backward's key programs
 
 
+def test_convolution_and_pooling_training_with_a_symbolic_batch():
+    """Convolutions (forward, input and weight gradients, a strided one), max pooling and its
+    gradient with the batch a symbol: one compile for every batch size, equal to an eager
+    twin. (A pooled or strided image size is a floor division, which shape rules fix by a
+    guard, so image sizes stay per size.)"""
+    graphnn.manual_seed(8)
+
+    def make():
+        return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(4, 4, 3, stride=2, padding=1), nn.ReLU()).to("cuda")
+    model, twin = make(), make()
+    twin.load_state_dict(model.state_dict())
+    model.compile(dynamic=True)
+    for batch in (2, 3, 5):
+        x = _cuda(batch, 3, 8, 8)
+        results = []
+        for net in (model, twin):
+            net.zero_grad()
+            xin = x.detach().clone().requires_grad_()
+            out = _quietly(net, xin)
+            out.square().sum().backward()
+            results.append([out, xin.grad] + [p.grad for p in net.parameters()])
+        for ours, theirs in zip(*results):
+            _assert_close(ours, theirs, atol=1e-5)
+    assert model.forward.compiles == 1 and model.forward.recompile_reasons == []
+    sources = model.forward.kernel_sources()
+    assert "host_op" not in sources["forward"] + sources["backward"]
+
+
 def test_templates_without_symbolic_sizes_fix_them_by_guards():
-    """A kernel whose template writes sizes as numbers (here max pooling) or a node run on
-    the host (``sort``) gets the compiling sizes, guarded: right results, one compile per
-    size, each recompile naming the guard that failed."""
+    """A kernel whose template writes sizes as numbers (a scan: ``cumsum``, ``sort``) gets
+    the compiling sizes, guarded: right results, one compile per size, each recompile naming
+    the guard that failed."""
     def fn(x):
-        pooled = F.max_pool2d(x, 2)
-        return pooled, x.flatten(1).sort(dim=-1).values
+        return x.cumsum(-1), x.flatten(1).sort(dim=-1).values
     compiled = graphnn.compile(fn, dynamic=True)
     for side in (4, 6):
         x = _cuda(2, 3, side, side)
@@ -286,13 +315,14 @@ def test_random_values_drawn_on_the_host_are_drawn_at_the_compiling_sizes():
 
 def test_symbolic_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
     """The GPU form of symbolic pointwise, reduction, GEMM, attention (forward and flash
-    backward), scatter and random kernels (their sizes integer arguments) compiles to PTX
-    without a GPU."""
+    backward), scatter, random, convolution and pooling kernels (their sizes integer
+    arguments) compiles to PTX without a GPU."""
     graphnn.manual_seed(3)
     model = Rows().to("cuda")
     linear = nn.Linear(8, 8).to("cuda")
     gpt = TinyGPT(dim=8).to("cuda")  # head dim 4: the flash backward
     sgd = graphnn.optim.SGD(gpt.parameters(), lr=0.1)
+    cnn = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)).to("cuda")
 
     def attend(q, k):
         return F.scaled_dot_product_attention(q, k, k, is_causal=True) @ linear.weight
@@ -304,7 +334,8 @@ def test_symbolic_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
     indices = graphnn.randint(0, 4, (2, 2)).to("cuda")
     cases = [(model, (_cuda(2, 5, 12), _cuda(5, 1))), (attend, (_cuda(2, 2, 5, 8),) * 2),
              (_scatter_and_dropout, (_cuda(3, 4), indices, _cuda(2, 2))),
-             (train, (graphnn.randint(0, 13, (2, 24)).to("cuda"),))]
+             (train, (graphnn.randint(0, 13, (2, 24)).to("cuda"),)),
+             (cnn, (_cuda(2, 3, 8, 8),))]
     paths = []
     for k, (fn, inputs) in enumerate(cases):
         compiled = graphnn.compile(fn, dynamic=True)
@@ -319,4 +350,4 @@ def test_symbolic_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
         path = tmp_path / f"symbolic{k}_sm90.py"
         path.write_text(source)
         paths.append(str(path))
-    assert compile_ahead_of_time(paths) >= 8
+    assert compile_ahead_of_time(paths) >= 10

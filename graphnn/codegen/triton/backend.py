@@ -52,7 +52,7 @@ from .conv import conv
 from .gemm import gemm
 from .indexing import INDEXING_OPS, scatter_gather
 from .kernels import DEFAULT_BLOCKS, Unlowered, size_text
-from .pool import max_pool2d
+from .pool import POOL_OPS, max_pool2d
 from .reduction import reduction
 from .random import random
 from .scan import scan
@@ -163,15 +163,16 @@ def _slice_scatter(node, name) -> str | None:
 
 def _writes_symbols(unit) -> bool:
     """Whether ``unit``'s template writes symbolic sizes as expressions: the pointwise
-    (``kernels.py``), reduction (``reduction.py``), GEMM, random and attention (forward and
-    backward) templates, and the indexing ops (``indexing.py``: ``gather``, ``index``, ``scatter_add``,
+    (``kernels.py``), reduction (``reduction.py``), GEMM, random, attention (forward and
+    backward), convolution and max-pooling (forward and backward) templates, and the
+    indexing ops (``indexing.py``: ``gather``, ``index``, ``scatter_add``,
     ``index_put``: embedding lookups and their gradients). The others are given the unit with
     every size fixed (``units.specialised``: guarded)."""
     op = unit.nodes[0].op if len(unit.nodes) == 1 else None
     return unit.kind in (KernelKind.POINTWISE, KernelKind.REDUCTION, KernelKind.GEMM,
-                         KernelKind.RANDOM) or \
-        unit.kind is KernelKind.ATTENTION or \
-        (unit.kind is KernelKind.SCATTER_GATHER and op in INDEXING_OPS)
+                         KernelKind.RANDOM, KernelKind.ATTENTION, KernelKind.CONVOLUTION,
+                         KernelKind.POOLING) or \
+        (unit.kind is KernelKind.SCATTER_GATHER and op in INDEXING_OPS | POOL_OPS)
 
 
 def _text_at_hints(graph) -> str:

@@ -26,7 +26,9 @@ in ``BLOCK_K`` steps of masked tiles (ragged edges add 0) and accumulates ``tl.d
 follow ``set_float32_matmul_precision`` as the matmuls do). The forward's epilogue adds the bias
 (per output channel) and the residual and applies the activation through the elementwise table
 (``gemm._activate``), then stores once, rounded to 16 bits for 16-bit results as the reference
-rounds them. Operands are C-contiguous (the wrapper makes them so) and shapes are literals.
+rounds them. Operands are C-contiguous (the wrapper makes them so) and shapes are literals,
+or with symbolic sizes (batch, image) expressions in the kernel's size arguments
+(``kernels.size_text``), with a tile chosen without timing, as a symbolic GEMM's.
 ``interpreter_form`` upcasts 16-bit loads (the interpreter computes bfloat16 on bit patterns);
 the GPU form feeds 16-bit tiles to ``tl.dot``, which accumulates in float32, so bfloat16 is
 right by construction but not checked numerically here.
@@ -37,7 +39,10 @@ import math
 
 from .autotune import Config, choose, gpu_available, time_launch
 from .gemm import _INPUT_PRECISION, _activate, _candidates, dot_precision, launch_options
-from .kernels import DEFAULT_BLOCKS, Blocks, KernelBody, Launch, launch_of
+from graphnn.ir.symbolic import Sym, hinted, same_size
+
+from .kernels import DEFAULT_BLOCKS, Blocks, KernelBody, Launch, launch_of, product_text, \
+    programs, size_text
 from .ops import Unlowered, compute
 
 CONV_OPS = frozenset({"conv2d", "conv2d_epilogue", "conv2d_input_grad", "conv2d_weight_grad"})
@@ -64,15 +69,15 @@ def _split(body, lin: str, names, sizes) -> None:
     """Emit ``names[d] = `` the row-major index of flat index ``lin`` along each of ``sizes``."""
     for d, (name, size) in enumerate(zip(names, sizes)):
         inner = math.prod(sizes[d + 1:])
-        index = lin if inner == 1 else f"{lin} // {inner}"
-        body.emit(f"{name} = {index if d == 0 else f'{index} % {size}'}")
+        index = lin if same_size(inner, 1) else f"{lin} // {size_text(inner)}"
+        body.emit(f"{name} = {index if d == 0 else f'{index} % {size_text(size)}'}")
 
 
 def _window_mask(y: str, x: str, g: _Geometry) -> str:
     """The ``&`` terms (each with a leading `` & ``) keeping input row ``y`` and column ``x``
     inside the image; only padded sides can leave it."""
-    terms = [f"({y} >= 0) & ({y} < {g.h})"] * bool(g.ph) + [f"({x} >= 0) & ({x} < {g.w})"] * \
-        bool(g.pw)
+    terms = [f"({y} >= 0) & ({y} < {size_text(g.h)})"] * bool(g.ph) + \
+        [f"({x} >= 0) & ({x} < {size_text(g.w)})"] * bool(g.pw)
     return "".join(f" & {t}" for t in terms)
 
 
@@ -84,18 +89,20 @@ class _Contraction:
         self.body, self.m, self.n, self.k, self.acc_type = body, m, n, k, acc_type
         self.config = config
         tile = dict(config.blocks)
-        self.tiles_m, self.tiles_n = -(-m // tile["BLOCK_M"]), -(-n // tile["BLOCK_N"])
+        self.tiles_m = programs(m, tile["BLOCK_M"])
+        self.tiles_n = programs(n, tile["BLOCK_N"])
 
     def open(self) -> None:
         """Emit the program's group ``grp``, its ``rows``/``cols`` and their masks."""
-        body, tiles = self.body, self.tiles_m * self.tiles_n
+        body, tiles = self.body, product_text(self.tiles_m, self.tiles_n)
+        tiles = f"({tiles})" if isinstance(tiles, str) else tiles
         body.emit(f"pid = {body.program()}")
         body.emit(f"tile = pid % {tiles}")
         body.emit(f"grp = pid // {tiles}")
         body.emit(f"rows = (tile // {self.tiles_n}) * BLOCK_M + tl.arange(0, BLOCK_M)")
         body.emit(f"cols = (tile % {self.tiles_n}) * BLOCK_N + tl.arange(0, BLOCK_N)")
-        body.emit(f"rmask = rows < {self.m}")
-        body.emit(f"cmask = cols < {self.n}")
+        body.emit(f"rmask = rows < {size_text(self.m)}")
+        body.emit(f"cmask = cols < {size_text(self.n)}")
 
     def accumulate(self, tiles, exact=None) -> None:
         """Emit ``acc``: the loop over the contraction (``ks``, ``kmask``) in which
@@ -104,10 +111,10 @@ class _Contraction:
         without ``tl.dot``, taken instead where the second tile holds inf or NaN."""
         body = self.body
         body.emit(f"acc = tl.zeros([BLOCK_M, BLOCK_N], {self.acc_type})")
-        body.emit(f"for start in range(0, {self.k}, BLOCK_K):")
+        body.emit(f"for start in range(0, {size_text(self.k)}, BLOCK_K):")
         body.indent += 1
         body.emit(f"ks = start + {body.arange('BLOCK_K')}")
-        body.emit(f"kmask = ks < {self.k}")
+        body.emit(f"kmask = ks < {size_text(self.k)}")
         a, b = tiles()
         if exact is not None:
             body.emit(f"if tl.sum(({b} * 0 != 0).to(tl.int32)) > 0:")
@@ -121,7 +128,7 @@ class _Contraction:
         body.indent -= 1 + (exact is not None)
 
     def launch(self, name, unit, groups) -> Launch:
-        return launch_of(name, unit, self.body, groups * self.tiles_m * self.tiles_n,
+        return launch_of(name, unit, self.body, product_text(groups, self.tiles_m, self.tiles_n),
                          dict(self.config.blocks), launch_options(self.config))
 
 
@@ -130,22 +137,23 @@ def _forward(c: _Contraction, g: _Geometry, node, unit) -> str:
     output offsets of the ``[BLOCK_M, BLOCK_N]`` tile."""
     body, x, w = c.body, node.inputs[0], node.inputs[1]
     _split(body, "rows", ["n", "oy", "ox"], [g.n, g.ho, g.wo])
-    body.emit(f"base = n * {g.cin * g.h * g.w} + grp * {g.cg * g.h * g.w}")
+    body.emit(f"base = n * {size_text(g.cin * g.h * g.w)} + grp * {size_text(g.cg * g.h * g.w)}")
 
     def tiles():
         _split(body, "ks", ["ci", "ti", "tj"], [g.cg, g.kh, g.kw])
         body.emit(f"y = (oy * {g.sh} - {g.ph})[:, None] + (ti * {g.dh})[None, :]")
         body.emit(f"x = (ox * {g.sw} - {g.pw})[:, None] + (tj * {g.dw})[None, :]")
         a = body.load(f"in{unit.read_index(x)}",
-                      f"base[:, None] + (ci * {g.h * g.w})[None, :] + y * {g.w} + x",
+                      f"base[:, None] + (ci * {size_text(g.h * g.w)})[None, :] + "
+                      f"y * {size_text(g.w)} + x",
                       f"rmask[:, None] & kmask[None, :]{_window_mask('y', 'x', g)}", x.type.dtype)
         b = body.load(f"in{unit.read_index(w)}",
                       f"ks[:, None] + (grp * {g.og} + cols)[None, :] * {g.cg * g.taps}",
                       "kmask[:, None] & cmask[None, :]", w.type.dtype)
         return a, b
     c.accumulate(tiles)
-    plane = g.ho * g.wo
-    return f"(n * {g.cout * plane} + rows % {plane})[:, None] + " \
+    plane = size_text(g.ho * g.wo)
+    return f"(n * {size_text(g.cout * g.ho * g.wo)} + rows % {plane})[:, None] + " \
            f"((grp * {g.og} + cols) * {plane})[None, :]"
 
 
@@ -157,8 +165,9 @@ def _input_grad(c: _Contraction, g: _Geometry, node, unit) -> str:
     step is summed one tap at a time over the valid taps only instead of by ``tl.dot``."""
     body, gy, w = c.body, node.inputs[0], node.inputs[1]
     _split(body, "rows", ["n", "py", "px"], [g.n, g.h, g.w])
-    plane = g.ho * g.wo
-    body.emit(f"base = n * {g.cout * plane} + grp * {g.og * plane}")
+    plane = size_text(g.ho * g.wo)
+    body.emit(f"base = n * {size_text(g.cout * g.ho * g.wo)} + "
+              f"grp * {size_text(g.og * g.ho * g.wo)}")
 
     def taps(k, v="", r="[:, None]", kr="[None, :]", kc="[:, None]", cc="[None, :]"):
         """The valid taps' mask, the gradient's and the weight's tile at contraction index
@@ -172,10 +181,11 @@ def _input_grad(c: _Contraction, g: _Geometry, node, unit) -> str:
         valid = f"rmask{r} & ({k} < {c.k}){kr}"
         for t, o, stride, size in (("ty", "oy", g.sh, g.ho), ("tx", "ox", g.sw, g.wo)):
             whole = f" & ({t}{v} % {stride} == 0)" if stride > 1 else ""
-            valid += f" & ({t}{v} >= 0){whole} & ({o}{v} < {size})"
+            valid += f" & ({t}{v} >= 0){whole} & ({o}{v} < {size_text(size)})"
         valid = body.tmp(valid)
         a = body.load(f"in{unit.read_index(gy)}",
-                      f"base{r} + (oc{v} * {plane}){kr} + oy{v} * {g.wo} + ox{v}", valid,
+                      f"base{r} + (oc{v} * {plane}){kr} + oy{v} * {size_text(g.wo)} + ox{v}",
+                      valid,
                       gy.type.dtype)
         b = body.load(f"in{unit.read_index(w)}",
                       f"((grp * {g.og} + oc{v}) * {g.cg * g.taps} + ti{v} * {g.kw} + tj{v}){kc}"
@@ -191,8 +201,8 @@ def _input_grad(c: _Contraction, g: _Geometry, node, unit) -> str:
         body.emit(f"acc += tl.where({valid}[:, None], {a}[:, None] * {b}[None, :], 0)")
         body.indent -= 1
     c.accumulate(lambda: taps("ks")[1:], exact)
-    image = g.h * g.w
-    return f"(n * {g.cin * image} + rows % {image})[:, None] + " \
+    image = size_text(g.h * g.w)
+    return f"(n * {size_text(g.cin * g.h * g.w)} + rows % {image})[:, None] + " \
            f"((grp * {g.cg} + cols) * {image})[None, :]"
 
 
@@ -201,19 +211,20 @@ def _weight_grad(c: _Contraction, g: _Geometry, node, unit) -> str:
     ``(c, i, j)``); the output offsets."""
     body, x, gy = c.body, node.inputs[0], node.inputs[1]
     _split(body, "cols", ["ci", "ti", "tj"], [g.cg, g.kh, g.kw])
-    plane = g.ho * g.wo
+    plane = size_text(g.ho * g.wo)
 
     def tiles():
         _split(body, "ks", ["n", "oy", "ox"], [g.n, g.ho, g.wo])
         a = body.load(f"in{unit.read_index(gy)}",
                       f"((grp * {g.og} + rows) * {plane})[:, None] + "
-                      f"(n * {g.cout * plane} + ks % {plane})[None, :]",
+                      f"(n * {size_text(g.cout * g.ho * g.wo)} + ks % {plane})[None, :]",
                       "rmask[:, None] & kmask[None, :]", gy.type.dtype)
         body.emit(f"y = (oy * {g.sh} - {g.ph})[:, None] + (ti * {g.dh})[None, :]")
         body.emit(f"x = (ox * {g.sw} - {g.pw})[:, None] + (tj * {g.dw})[None, :]")
         b = body.load(f"in{unit.read_index(x)}",
-                      f"(n * {g.cin * g.h * g.w})[:, None] + "
-                      f"((grp * {g.cg} + ci) * {g.h * g.w})[None, :] + y * {g.w} + x",
+                      f"(n * {size_text(g.cin * g.h * g.w)})[:, None] + "
+                      f"((grp * {g.cg} + ci) * {size_text(g.h * g.w)})[None, :] + "
+                      f"y * {size_text(g.w)} + x",
                       f"kmask[:, None] & cmask[None, :]{_window_mask('y', 'x', g)}",
                       x.type.dtype)
         return a, b
@@ -293,12 +304,14 @@ def conv(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
         raise Unlowered(f"{node.op} of {', '.join(v.type.dtype.name for v in node.inputs)}")
     product = _Product(node)
     empty = product.m * product.n * product.k * product.geometry.groups == 0
-    timed = not interpreter_form and blocks == DEFAULT_BLOCKS and not empty and gpu_available()
+    symbolic = any(isinstance(s, Sym) for v in node.inputs + node.outputs for s in v.type.shape)
+    timed = not interpreter_form and blocks == DEFAULT_BLOCKS and not empty and \
+        not symbolic and gpu_available()
 
     def bench(config):
         return time_launch(_source(name, unit, product, config, False), unit, config)
     attrs = node.attrs
-    key = {"op": node.op, "inputs": [[list(v.type.shape), v.type.dtype.name]
+    key = {"op": node.op, "inputs": [[list(hinted(v.type.shape)), v.type.dtype.name]
                                      for v in node.inputs],
            "geometry": [[int(s) for s in attrs[k]] for k in ("stride", "padding", "dilation")],
            "groups": int(attrs["groups"]),

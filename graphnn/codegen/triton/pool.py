@@ -2,7 +2,8 @@
 
 Both are one program per ``BLOCK`` of a flattened (N, C, rows, columns) space, with the pool's
 geometry (kernel, stride, padding, dilation; ``ceil_mode`` is already in the output size) as
-literals and the window's taps unrolled in row-major order.
+literals and the window's taps unrolled in row-major order; symbolic sizes (batch, image) are
+expressions in the kernel's size arguments (``kernels.size_text``).
 
 - ``max_pool2d`` (a ``pooling`` unit): per window, the value and flat plane index of NumPy's
   ``argmax`` over the window: the first maximum wins, NaN counts as the maximum (the first NaN
@@ -27,7 +28,7 @@ import math
 
 from graphnn.ir.ops.pool import has_outside_windows
 
-from .kernels import Blocks, KernelBody, Launch, launch_of, next_pow2
+from .kernels import Blocks, KernelBody, Launch, launch_of, next_pow2, programs, size_text
 from .ops import Unlowered, compute
 
 POOL_OPS = frozenset({"max_pool2d_backward"})  # native here (the forward is a core op)
@@ -46,17 +47,17 @@ def load_computed(body, pointer, offset, mask, dtype, other) -> str:
 
 def _launch(name, unit, body, numel, blocks) -> Launch:
     block = min(next_pow2(numel), blocks.pointwise)
-    return launch_of(name, unit, body, -(-numel // block), {"BLOCK": block})
+    return launch_of(name, unit, body, programs(numel, block), {"BLOCK": block})
 
 
 def _open(body, shape, prefix) -> None:
     """``offs``/``mask`` over the flattened (N, C, rows, columns) ``shape``, the plane
     offset ``plane`` (n * C + c) and the row and column ``{prefix}r``, ``{prefix}c``."""
     body.emit(f"offs = {body.program()} * BLOCK + tl.arange(0, BLOCK)")
-    body.emit(f"mask = offs < {math.prod(shape)}")
-    body.emit(f"plane = offs // {shape[2] * shape[3]}")
-    body.emit(f"{prefix}r = (offs // {shape[3]}) % {shape[2]}")
-    body.emit(f"{prefix}c = offs % {shape[3]}")
+    body.emit(f"mask = offs < {size_text(math.prod(shape))}")
+    body.emit(f"plane = offs // {size_text(shape[2] * shape[3])}")
+    body.emit(f"{prefix}r = (offs // {size_text(shape[3])}) % {size_text(shape[2])}")
+    body.emit(f"{prefix}c = offs % {size_text(shape[3])}")
 
 
 def max_pool2d(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
@@ -66,7 +67,8 @@ def max_pool2d(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launc
     node = unit.nodes[0]
     x, (values, index) = node.inputs[0], node.outputs
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = _geometry(node.attrs)
-    h, w = x.type.shape[2:]
+    h, w = (size_text(s) for s in x.type.shape[2:])
+    plane = size_text(math.prod(x.type.shape[2:]))
     out_shape = tuple(values.type.shape)
     body = KernelBody(interpreter_form, unit)
     _open(body, out_shape, "p")
@@ -83,7 +85,7 @@ def max_pool2d(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launc
         body.emit(f"rin = (r >= 0) & (r < {h})")
         for j in range(kw):
             body.emit(f"c = c0 + {j * dw}")
-            v = load_computed(body, "in0", f"plane * {h * w} + r * {w} + c",
+            v = load_computed(body, "in0", f"plane * {plane} + r * {w} + c",
                       f"mask & rin & (c >= 0) & (c < {w})", x.type.dtype, '-float("inf")')
             body.emit(f"take = ({v} > best) | (({v} != {v}) & (best == best))")
             body.emit(f"best = tl.where(take, {v}, best)")
@@ -99,6 +101,7 @@ def _window(body, name, tap, coord, stride, padding, dilation, count) -> str:
     at ``tap``) and return the condition that it is a window."""
     body.emit(f"{name}n = {coord} + {padding - tap * dilation}")
     body.emit(f"{name} = tl.where({name}n >= 0, {name}n, 0) // {stride}")
+    count = size_text(count)
     return f"({name}n >= 0) & ({name}n % {stride} == 0) & ({name} < {count})" if stride > 1 \
         else f"({name}n >= 0) & ({name} < {count})"
 
@@ -121,13 +124,13 @@ def max_pool2d_backward(name: str, unit, blocks: Blocks, interpreter_form: bool)
     _open(body, shape, "i")
     acc = compute(g.type.dtype)
     body.emit(f"acc = tl.zeros([BLOCK], {acc})")
-    body.emit(f"here = offs % {shape[2] * shape[3]}")
+    body.emit(f"here = offs % {size_text(shape[2] * shape[3])}")
     columns = [_window(body, f"wc{j}", j, "ic", sw, pw, dw, wo) for j in range(kw)]
     for i in reversed(range(kh)):  # increasing window rows, then columns
         rows = _window(body, "wr", i, "ir", sh, ph, dh, ho)
         for j in reversed(range(kw)):
             body.emit(f"ok = mask & {rows} & {columns[j]}")
-            at = f"plane * {ho * wo} + wr * {wo} + wc{j}"
+            at = f"plane * {size_text(ho * wo)} + wr * {size_text(wo)} + wc{j}"
             body.emit(f"hit = ok & (tl.load(in{unit.read_index(index)} + {at}, mask=ok, "
                       f"other=-1) == here)")
             v = load_computed(body, f"in{unit.read_index(g)}", at, "hit", g.type.dtype, 0)
