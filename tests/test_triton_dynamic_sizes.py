@@ -282,6 +282,27 @@ def test_convolution_and_pooling_training_with_a_symbolic_batch():
     assert "host_op" not in sources["forward"] + sources["backward"]
 
 
+def test_a_backward_whose_sizes_a_forward_guard_ties_together():
+    """``x1 @ x2`` ties x1's last dim to x2's first (``s3 == s4``), and the backward graph's
+    inputs bind only one of them: its kernels must not name the other (found by ``graphnn
+    fuzz --backend triton``: NameError in the backward's wrapper)."""
+    graphnn.manual_seed(9)
+
+    def fn(x1, x2):
+        return F.gelu(x1 @ x2).amax(dim=1, keepdim=True)
+    compiled = graphnn.compile(fn, dynamic=True)
+    x2 = _cuda(3, 4)
+    for batch in (3, 5):
+        x1 = _cuda(batch, 6, 3)
+        grads = []
+        for f in (compiled, fn):
+            xin = x1.detach().clone().requires_grad_()
+            _quietly(f, xin, x2).sum().backward()
+            grads.append(xin.grad)
+        _assert_close(*grads)
+    assert compiled.compiles == 1
+
+
 def test_templates_without_symbolic_sizes_fix_them_by_guards():
     """A kernel whose template writes sizes as numbers (a scan: ``cumsum``, ``sort``) gets
     the compiling sizes, guarded: right results, one compile per size, each recompile naming

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from graphnn.ir.graph import Node, Value
 from graphnn.ir.registry import OpGroup, get_op, is_view
 from graphnn.ir.schedule import KernelKind
-from graphnn.ir.symbolic import map_sizes, settled, symbols_in
+from graphnn.ir.symbolic import Sym, map_sizes, settled, symbols_in
 from graphnn.ir.types import TensorType
 
 from .multi_update import batches
@@ -185,9 +185,17 @@ def specialised(unit) -> Unit:
 
 
 def settled_unit(unit) -> Unit:
-    """``unit`` with the symbols that equality guards fixed (``s2 == 16``) replaced by what
-    they equal (``ir.symbolic.settled``), so that a template sees those sizes as numbers."""
-    return resized(unit, settled)
+    """``unit`` with each size that equality guards fixed to a number (``s2 == 16``) replaced
+    by it (``ir.symbolic.settled``), so that a template sees those sizes as numbers. A size
+    that a guard only ties to other symbols (``s3 == s4``) keeps its own: those may be
+    symbols of another graph (a backward's guards hold its forward's, whose inputs the
+    backward's ``kernel(sizes)`` does not bind)."""
+    return resized(unit, _settled_number)
+
+
+def _settled_number(size):
+    number = settled(size)
+    return size if isinstance(number, Sym) else number
 
 
 def units(schedule) -> list:
