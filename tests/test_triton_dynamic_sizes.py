@@ -5,9 +5,9 @@ kernels is compiled for sm80/sm90 ahead of time.
 Each case runs the compiled callable at several sizes against eager graphnn on the same
 tensors, and checks that it compiled once (no recompile, so no eager fallback past
 ``recompile_limit``). The pointwise, reduction, GEMM, indexing, random, attention,
-convolution and pooling templates write sizes as expressions; the others (scans, the fused
-optimizer update) and host ops get their sizes fixed by guards, which recompiles per size, as
-checked last.
+convolution, pooling and scan templates write sizes as expressions; the fused optimizer
+update (the parameters' sizes) and host ops get their sizes fixed by guards, which recompiles
+per size, as checked last.
 """
 import warnings
 
@@ -282,6 +282,24 @@ def test_convolution_and_pooling_training_with_a_symbolic_batch():
     assert "host_op" not in sources["forward"] + sources["backward"]
 
 
+def test_a_convolution_whose_padding_is_a_symbolic_expression():
+    """``padding='same'`` with a kernel given as an input: the padding is ``s2 - 1``, an
+    expression the kernels must parenthesise (found by ``graphnn fuzz --backend triton``:
+    ``oy - s2-1`` read the wrong rows); forward and both gradients against eager."""
+    def fn(x, w):
+        return F.conv2d(x, w, padding="same", dilation=2)
+    compiled = graphnn.compile(fn, dynamic=True)
+    for batch, side in [(2, 5), (3, 7)]:
+        x, w = _cuda(batch, 2, side, side), _cuda(3, 2, 3, 3)
+        results = []
+        for f in (compiled, fn):
+            xin, win = (t.detach().clone().requires_grad_() for t in (x, w))
+            y = _quietly(f, xin, win) if f is compiled else f(xin, win)
+            y.square().sum().backward()
+            results.append([y, xin.grad, win.grad])
+        _assert_close(*results, atol=1e-5)
+
+
 def test_a_backward_whose_sizes_a_forward_guard_ties_together():
     """``x1 @ x2`` ties x1's last dim to x2's first (``s3 == s4``), and the backward graph's
     inputs bind only one of them: its kernels must not name the other (found by ``graphnn
@@ -303,10 +321,30 @@ def test_a_backward_whose_sizes_a_forward_guard_ties_together():
     assert compiled.compiles == 1
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scans_along_a_symbolic_dim_and_their_gradients(backend):
+    """``cumsum`` and ``cumprod`` along a symbolic dim (and across one), their gradients (a
+    reverse cumsum): one compile for every size, a row longer than the compiling call's block
+    carried across column blocks."""
+    def fn(x):
+        return x.cumsum(-1) * x.cumprod(1)
+    compiled = graphnn.compile(fn, dynamic=True, backend=backend)
+    for batch, length in [(2, 3), (3, 40), (5, 9)]:
+        x = _cuda(batch, length, length) * 0.5
+        results = []
+        for f in (compiled, fn):
+            xin = x.detach().clone().requires_grad_()
+            y = _quietly(f, xin) if f is compiled else f(xin)
+            y.sum().backward()
+            results += [y, xin.grad]
+        _assert_close(results[:2], results[2:])
+    assert compiled.compiles == 1 and compiled.recompile_reasons == []
+
+
 def test_templates_without_symbolic_sizes_fix_them_by_guards():
-    """A kernel whose template writes sizes as numbers (a scan: ``cumsum``, ``sort``) gets
-    the compiling sizes, guarded: right results, one compile per size, each recompile naming
-    the guard that failed."""
+    """A node run on the host (``sort``, which has no Triton template) gets the compiling
+    sizes, guarded: right results, one compile per size, each recompile naming the guard that
+    failed."""
     def fn(x):
         return x.cumsum(-1), x.flatten(1).sort(dim=-1).values
     compiled = graphnn.compile(fn, dynamic=True)

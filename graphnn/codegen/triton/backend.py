@@ -164,14 +164,14 @@ def _slice_scatter(node, name) -> str | None:
 def _writes_symbols(unit) -> bool:
     """Whether ``unit``'s template writes symbolic sizes as expressions: the pointwise
     (``kernels.py``), reduction (``reduction.py``), GEMM, random, attention (forward and
-    backward), convolution and max-pooling (forward and backward) templates, and the
+    backward), convolution, max-pooling (forward and backward) and scan templates, and the
     indexing ops (``indexing.py``: ``gather``, ``index``, ``scatter_add``,
     ``index_put``: embedding lookups and their gradients). The others are given the unit with
     every size fixed (``units.specialised``: guarded)."""
     op = unit.nodes[0].op if len(unit.nodes) == 1 else None
     return unit.kind in (KernelKind.POINTWISE, KernelKind.REDUCTION, KernelKind.GEMM,
                          KernelKind.RANDOM, KernelKind.ATTENTION, KernelKind.CONVOLUTION,
-                         KernelKind.POOLING) or \
+                         KernelKind.POOLING, KernelKind.SCAN) or \
         (unit.kind is KernelKind.SCATTER_GATHER and op in INDEXING_OPS | POOL_OPS)
 
 

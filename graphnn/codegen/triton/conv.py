@@ -73,6 +73,15 @@ def _split(body, lin: str, names, sizes) -> None:
         body.emit(f"{name} = {index if d == 0 else f'{index} % {size_text(size)}'}")
 
 
+def _input_coordinates(body, g: _Geometry) -> None:
+    """Emit the input row ``y`` and column ``x`` that output position (``oy``, ``ox``) reads
+    at tap (``ti``, ``tj``): ``[rows, taps]`` tiles."""
+    for name, out, tap, stride, padding, dilation in (("y", "oy", "ti", g.sh, g.ph, g.dh),
+                                                       ("x", "ox", "tj", g.sw, g.pw, g.dw)):
+        body.emit(f"{name} = ({out} * {size_text(stride)} - {size_text(padding)})[:, None] + "
+                  f"({tap} * {size_text(dilation)})[None, :]")
+
+
 def _window_mask(y: str, x: str, g: _Geometry) -> str:
     """The ``&`` terms (each with a leading `` & ``) keeping input row ``y`` and column ``x``
     inside the image; only padded sides can leave it."""
@@ -137,24 +146,25 @@ def _forward(c: _Contraction, g: _Geometry, node, unit) -> str:
     output offsets of the ``[BLOCK_M, BLOCK_N]`` tile."""
     body, x, w = c.body, node.inputs[0], node.inputs[1]
     _split(body, "rows", ["n", "oy", "ox"], [g.n, g.ho, g.wo])
-    body.emit(f"base = n * {size_text(g.cin * g.h * g.w)} + grp * {size_text(g.cg * g.h * g.w)}")
+    body.emit(f"base = n * {size_text(g.cin * g.h * g.w)} + "
+              f"grp * {size_text(g.cg * g.h * g.w)}")
 
     def tiles():
         _split(body, "ks", ["ci", "ti", "tj"], [g.cg, g.kh, g.kw])
-        body.emit(f"y = (oy * {g.sh} - {g.ph})[:, None] + (ti * {g.dh})[None, :]")
-        body.emit(f"x = (ox * {g.sw} - {g.pw})[:, None] + (tj * {g.dw})[None, :]")
+        _input_coordinates(body, g)
         a = body.load(f"in{unit.read_index(x)}",
                       f"base[:, None] + (ci * {size_text(g.h * g.w)})[None, :] + "
                       f"y * {size_text(g.w)} + x",
                       f"rmask[:, None] & kmask[None, :]{_window_mask('y', 'x', g)}", x.type.dtype)
         b = body.load(f"in{unit.read_index(w)}",
-                      f"ks[:, None] + (grp * {g.og} + cols)[None, :] * {g.cg * g.taps}",
+                      f"ks[:, None] + (grp * {size_text(g.og)} + cols)[None, :] * "
+                      f"{size_text(g.cg * g.taps)}",
                       "kmask[:, None] & cmask[None, :]", w.type.dtype)
         return a, b
     c.accumulate(tiles)
     plane = size_text(g.ho * g.wo)
     return f"(n * {size_text(g.cout * g.ho * g.wo)} + rows % {plane})[:, None] + " \
-           f"((grp * {g.og} + cols) * {plane})[None, :]"
+           f"((grp * {size_text(g.og)} + cols) * {plane})[None, :]"
 
 
 def _input_grad(c: _Contraction, g: _Geometry, node, unit) -> str:
@@ -174,11 +184,11 @@ def _input_grad(c: _Contraction, g: _Geometry, node, unit) -> str:
         ``k`` (variables suffixed ``v``): ``[rows, k]`` and ``[k, cols]`` tiles through the
         broadcast suffixes ``r``/``kr`` and ``kc``/``cc`` (all '' for one scalar ``k``)."""
         _split(body, k, [f"oc{v}", f"ti{v}", f"tj{v}"], [g.og, g.kh, g.kw])
-        body.emit(f"ty{v} = (py + {g.ph}){r} - (ti{v} * {g.dh}){kr}")
-        body.emit(f"tx{v} = (px + {g.pw}){r} - (tj{v} * {g.dw}){kr}")
-        body.emit(f"oy{v} = ty{v}{f' // {g.sh}' if g.sh > 1 else ''}")
-        body.emit(f"ox{v} = tx{v}{f' // {g.sw}' if g.sw > 1 else ''}")
-        valid = f"rmask{r} & ({k} < {c.k}){kr}"
+        body.emit(f"ty{v} = (py + {size_text(g.ph)}){r} - (ti{v} * {size_text(g.dh)}){kr}")
+        body.emit(f"tx{v} = (px + {size_text(g.pw)}){r} - (tj{v} * {size_text(g.dw)}){kr}")
+        body.emit(f"oy{v} = ty{v}{f' // {size_text(g.sh)}' if g.sh > 1 else ''}")
+        body.emit(f"ox{v} = tx{v}{f' // {size_text(g.sw)}' if g.sw > 1 else ''}")
+        valid = f"rmask{r} & ({k} < {size_text(c.k)}){kr}"
         for t, o, stride, size in (("ty", "oy", g.sh, g.ho), ("tx", "ox", g.sw, g.wo)):
             whole = f" & ({t}{v} % {stride} == 0)" if stride > 1 else ""
             valid += f" & ({t}{v} >= 0){whole} & ({o}{v} < {size_text(size)})"
@@ -188,8 +198,10 @@ def _input_grad(c: _Contraction, g: _Geometry, node, unit) -> str:
                       valid,
                       gy.type.dtype)
         b = body.load(f"in{unit.read_index(w)}",
-                      f"((grp * {g.og} + oc{v}) * {g.cg * g.taps} + ti{v} * {g.kw} + tj{v}){kc}"
-                      f" + (cols * {g.taps}){cc}", f"({k} < {c.k}){kc} & cmask{cc}",
+                      f"((grp * {size_text(g.og)} + oc{v}) * {size_text(g.cg * g.taps)} + "
+                      f"ti{v} * {size_text(g.kw)} + tj{v}){kc} + "
+                      f"(cols * {size_text(g.taps)}){cc}",
+                      f"({k} < {size_text(c.k)}){kc} & cmask{cc}",
                       w.type.dtype)
         return valid, a, b
 
@@ -203,7 +215,7 @@ def _input_grad(c: _Contraction, g: _Geometry, node, unit) -> str:
     c.accumulate(lambda: taps("ks")[1:], exact)
     image = size_text(g.h * g.w)
     return f"(n * {size_text(g.cin * g.h * g.w)} + rows % {image})[:, None] + " \
-           f"((grp * {g.cg} + cols) * {image})[None, :]"
+           f"((grp * {size_text(g.cg)} + cols) * {image})[None, :]"
 
 
 def _weight_grad(c: _Contraction, g: _Geometry, node, unit) -> str:
@@ -216,20 +228,20 @@ def _weight_grad(c: _Contraction, g: _Geometry, node, unit) -> str:
     def tiles():
         _split(body, "ks", ["n", "oy", "ox"], [g.n, g.ho, g.wo])
         a = body.load(f"in{unit.read_index(gy)}",
-                      f"((grp * {g.og} + rows) * {plane})[:, None] + "
+                      f"((grp * {size_text(g.og)} + rows) * {plane})[:, None] + "
                       f"(n * {size_text(g.cout * g.ho * g.wo)} + ks % {plane})[None, :]",
                       "rmask[:, None] & kmask[None, :]", gy.type.dtype)
-        body.emit(f"y = (oy * {g.sh} - {g.ph})[:, None] + (ti * {g.dh})[None, :]")
-        body.emit(f"x = (ox * {g.sw} - {g.pw})[:, None] + (tj * {g.dw})[None, :]")
+        _input_coordinates(body, g)
         b = body.load(f"in{unit.read_index(x)}",
                       f"(n * {size_text(g.cin * g.h * g.w)})[:, None] + "
-                      f"((grp * {g.cg} + ci) * {size_text(g.h * g.w)})[None, :] + "
+                      f"((grp * {size_text(g.cg)} + ci) * {size_text(g.h * g.w)})[None, :] + "
                       f"y * {size_text(g.w)} + x",
                       f"kmask[:, None] & cmask[None, :]{_window_mask('y', 'x', g)}",
                       x.type.dtype)
         return a, b
     c.accumulate(tiles)
-    return f"((grp * {g.og} + rows) * {g.cg * g.taps})[:, None] + cols[None, :]"
+    return f"((grp * {size_text(g.og)} + rows) * {size_text(g.cg * g.taps)})[:, None] + " \
+        "cols[None, :]"
 
 
 def _epilogue(body, node, unit, offset, g: _Geometry, acc_type) -> str:
@@ -242,7 +254,7 @@ def _epilogue(body, node, unit, offset, g: _Geometry, acc_type) -> str:
     residual = rest.pop(0) if fused and attrs["residual"] else None
     z = "acc"
     if bias is not None:
-        v = body.load(f"in{unit.read_index(bias)}", f"grp * {g.og} + cols", "cmask",
+        v = body.load(f"in{unit.read_index(bias)}", f"grp * {size_text(g.og)} + cols", "cmask",
                       bias.type.dtype)
         z = body.tmp(f"{z} + {body.cast(v, acc_type, acc_type)}[None, :]")
     if residual is not None:

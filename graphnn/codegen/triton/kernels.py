@@ -9,7 +9,7 @@ block sizes.
 
 Symbolic sizes (``compile(..., dynamic=True)``: a dim may be an ``ir.symbolic.Sym``): the
 pointwise, reduction (``reduction.py``), GEMM, random, attention (forward and backward),
-convolution, pooling and indexing (``indexing.py``) templates write a symbolic size as an expression in its symbols (``size_text``), which the jit function
+convolution, pooling, scan and indexing (``indexing.py``) templates write a symbolic size as an expression in its symbols (``size_text``), which the jit function
 takes as integer arguments (``size_arguments``), and the grid as an expression the module
 evaluates at launch (``programs``); block sizes are chosen on the compiling call's sizes (any
 block is correct: every access is masked).
