@@ -4,6 +4,7 @@ growth, state dicts and misuse errors."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -224,3 +225,24 @@ def test_compiled_step_leaving_a_scaler_mid_iteration_says_why_it_runs_eagerly()
             scaler.update()
             opt.zero_grad()
     assert compiled.compiles == 0
+
+
+def test_compiled_scaler_step_writes_parameters_and_state_in_place():
+    """Each parameter and optimizer-state array of the fused update is written by one select,
+    ``where(found_inf, before, after)``, straight into its own array (``_rt.where`` may write
+    over its first data operand); the ``copy_`` that puts it back under ``no_grad`` records
+    no select of its own (it was ``where(True, value, old)``)."""
+    model, _ = _pair(7)
+    ours, scaler = _scaled_trainer(graphnn, model, "adamw")
+    compiled = graphnn.compile(ours)
+    for step in range(3):
+        x, y = _data(step)
+        compiled(graphnn.tensor(x), graphnn.tensor(y))
+    source = compiled.kernel_sources()["step"]
+    updates = dict(re.findall(r"'([\w.]+)': (v\d+)", source.split("'update': ")[1]))
+    for name in ("model.2.weight", "model.2.bias", "opt.state.model.2.weight.exp_avg",
+                 "opt.state.model.2.weight.exp_avg_sq"):
+        array = "v_" + name.replace(".", "_")
+        assert f"{updates[name]} = _rt.where(v" in source, name
+        assert re.search(rf"{updates[name]} = _rt.where\(v\d+, {array}, v\d+, out={array}\)",
+                         source), name

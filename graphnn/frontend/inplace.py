@@ -184,11 +184,16 @@ def _store(t, result) -> None:
 
 
 def overwrite(old, value):
-    """``value`` cast and broadcast to ``old``'s dtype and shape, recorded as a ``where`` that
-    picks it everywhere, so that gradients reach ``old`` as zeros (as in PyTorch)."""
+    """``value`` cast and broadcast to ``old``'s dtype and shape. Where a gradient is being
+    recorded it is a ``where`` that picks ``value`` everywhere, so that gradients reach
+    ``old`` as zeros (as in PyTorch); otherwise ``value`` itself (no pass over it: a compiled
+    step's ``copy_`` under ``no_grad``, a GradScaler's or an EMA's, adds no select)."""
     from .tensor import Tensor
+    value = value.to(old.device).to(old.dtype)
+    if not (is_grad_enabled() and (old.requires_grad or value.requires_grad)):
+        return value if value.shape == old.shape else value.expand(tuple(old.shape))
     everywhere = Tensor._wrap(np.ones((), np.bool_))
-    return dispatch.apply1("where", everywhere, value.to(old.dtype), old)
+    return dispatch.apply1("where", everywhere, value, old)
 
 
 def _new_positions(t, result) -> list:

@@ -34,6 +34,12 @@ from graphnn.ir import get_op
 from graphnn.ir.symbolic import same_shape
 
 
+def _overwritable(inplace, name: str) -> bool:
+    """Whether a lowering whose ``inplace`` is that (``Placement.assign``) may write its result
+    over the operand ``name``."""
+    return inplace is True or (bool(inplace) and inplace.name == name)
+
+
 class Placement:
     """Buffers of one generated kernel, decided statement by statement in schedule order."""
 
@@ -95,7 +101,8 @@ class Placement:
         """The array ``value`` (produced at ``step``) is written into: a parameter, a typed view
         of a planned buffer, a scratch array, or None (a fresh array). ``inplace``: the lowering
         is elementwise over the result's shape, so a dying operand of its type may be
-        overwritten."""
+        overwritten: True for any operand, or the one operand (a Value) the lowering may
+        write over."""
         if value.name in self.writes and self._may_write(step, value, inplace):
             self.param_views[value.name] = {self.writes[value.name]}
             return self.names.of[self.writes[value.name]]
@@ -105,7 +112,7 @@ class Placement:
         planned = self.planned.get(value.name)
         if planned is not None and self._planned_free(step, value, planned, inplace):
             return self._take(value, planned, self._typed_view(planned, spec))
-        chosen = self._dying_operand(step, value, spec) if inplace else None
+        chosen = self._dying_operand(step, value, spec, inplace) if inplace else None
         if chosen is None:
             pool = self.free.get(spec)
             if pool:
@@ -195,7 +202,7 @@ class Placement:
         if source is None or not inplace:
             return False
         root = self.roots.get(source)
-        reads = {v.name for v in value.producer.inputs}
+        reads = {v.name for v in value.producer.inputs if _overwritable(inplace, v.name)}
         return all(h in reads and self.last[h] == step and self.roots.get(h) == root and
                    self.direct.get(h) == buf for h in holders)
 
@@ -207,9 +214,12 @@ class Placement:
             self.views.append(key)
         return f"a{self.view_of[key]}"
 
-    def _dying_operand(self, step, value, spec):
-        """A scratch array of ``spec`` that an operand dying here alone occupies."""
+    def _dying_operand(self, step, value, spec, inplace):
+        """A scratch array of ``spec`` that an operand dying here alone occupies (one that
+        ``inplace`` lets the lowering write over)."""
         for v in value.producer.inputs:
+            if not _overwritable(inplace, v.name):
+                continue
             b = self.direct.get(v.name)
             if isinstance(b, int) and _same_spec(self.specs[b], spec) and \
                     self.last[v.name] == step and self.holders[b] == {v.name} and \
@@ -223,7 +233,8 @@ class Placement:
         for name, params in self.param_views.items():
             if param not in params or self.last.get(name, -1) < step:
                 continue
-            reads_here = self.last[name] == step and name == param and inplace
+            reads_here = self.last[name] == step and name == param and \
+                _overwritable(inplace, name)
             if not reads_here:
                 return False
         return True
