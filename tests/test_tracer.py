@@ -280,6 +280,42 @@ def test_inplace_writes_and_setitem_rebind_values():
     check(f, x, graphnn.tensor([2, 3]))
 
 
+@pytest.mark.parametrize("backend", ["numpy", "triton"])
+def test_a_value_overwritten_whole_passes_zero_gradients_compiled(backend):
+    """``y = conv(x).clone(); y[0:2] = c`` overwrites all of y: the weight and x get zero
+    gradients, not none, as eagerly. A trace runs with tensors that do not require grad yet
+    (autodiff comes later), so the write must stay a select while grad mode is on (found by
+    ``graphnn fuzz --backend triton``: no gradient)."""
+    def f(x):
+        y = conv(x).clone()
+        y[0:2] = 0.28
+        return y
+    results = {}
+    for name, fn in (("eager", None), ("compiled", backend)):
+        graphnn.manual_seed(3)
+        conv = nn.Conv2d(2, 3, (3, 2), stride=2, bias=False)
+        x = graphnn.randn(2, 2, 4, 7).requires_grad_()
+        out = f(x) if fn is None else graphnn.compile(f, backend=fn)(x)
+        out.sum().backward()
+        results[name] = (out.detach().numpy(), conv.weight.grad, x.grad)
+    for ours, theirs in zip(results["compiled"], results["eager"]):
+        assert ours is not None and theirs is not None
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+    assert not np.any(results["compiled"][1].numpy())
+
+
+def test_a_copy_under_no_grad_records_no_select():
+    """``copy_`` (and ``fill_``) under ``no_grad`` records the value itself: no
+    ``where(True, value, old)`` for the gradients no one records."""
+    def f(x, state):
+        with graphnn.no_grad():
+            state.copy_(x * 2)
+            state.fill_(1.5)
+        return state + x
+    graph = graphnn.trace(f, graphnn.randn(3), graphnn.zeros(3))
+    assert not [n for n in graph.nodes if n.op == "where"]
+
+
 def test_writes_to_concrete_tensors_made_in_forward():
     def f(x):
         buf = graphnn.tensor([1.0, 2.0, 3.0])  # a constant...

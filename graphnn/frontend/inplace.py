@@ -184,13 +184,19 @@ def _store(t, result) -> None:
 
 
 def overwrite(old, value):
-    """``value`` cast and broadcast to ``old``'s dtype and shape. Where a gradient is being
-    recorded it is a ``where`` that picks ``value`` everywhere, so that gradients reach
-    ``old`` as zeros (as in PyTorch); otherwise ``value`` itself (no pass over it: a compiled
-    step's ``copy_`` under ``no_grad``, a GradScaler's or an EMA's, adds no select)."""
+    """``value`` cast and broadcast to ``old``'s dtype and shape. Where a gradient may be
+    recorded (grad mode on, and something requiring grad or a trace running) it is a
+    ``where`` that picks ``value`` everywhere, so that gradients reach ``old`` as zeros (as in
+    PyTorch); otherwise ``value`` itself (no pass over it: a compiled step's ``copy_`` under
+    ``no_grad``, a GradScaler's or an EMA's, adds no select)."""
     from .tensor import Tensor
-    value = value.to(old.device).to(old.dtype)
-    if not (is_grad_enabled() and (old.requires_grad or value.requires_grad)):
+    value = value.to(old.dtype)
+    # a trace differentiates later (autodiff on its graph): with grad mode on it keeps the
+    # where whatever requires grad now
+    differentiable = old.requires_grad or value.requires_grad or \
+        trace_state.active() is not None
+    if not (is_grad_enabled() and differentiable):
+        value = value.to(old.device)  # the where below places a host constant itself
         return value if value.shape == old.shape else value.expand(tuple(old.shape))
     everywhere = Tensor._wrap(np.ones((), np.bool_))
     return dispatch.apply1("where", everywhere, value, old)
