@@ -273,3 +273,14 @@ def test_a_whole_step_compiled_with_autocast_inside_matches_eager_and_torch(dtyp
         np.testing.assert_allclose(runs[name][0], runs["eager"][0], rtol=rtol * scale)
         for ours, theirs in zip(runs["eager"][1], runs[name][1], strict=True):
             np.testing.assert_allclose(ours, theirs, rtol=rtol * scale, atol=rtol * scale / 10)
+
+
+def test_an_int16_linear_is_not_taken_for_a_16_bit_float_one():
+    """The single-rounding path is for float16 and bfloat16 only: an int16 linear stays a
+    matmul plus an add (wrapping as NumPy's int16 does)."""
+    x = np.array([[300, -2]], np.int16)
+    w = np.array([[200, 7], [1, 1]], np.int16)
+    b = np.array([5, -9], np.int16)
+    out = F.linear(graphnn.tensor(x), graphnn.tensor(w), graphnn.tensor(b))
+    assert out.dtype is graphnn.int16
+    np.testing.assert_array_equal(out.numpy(), (x @ w.T + b).astype(np.int16))

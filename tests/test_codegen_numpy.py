@@ -696,3 +696,14 @@ def test_softmax_rows_by_reduceat_equal_the_reference(dtype):
     x[0, 0, 3, [1, 60]] = np.inf
     x[1, 2, :, 7] = -np.inf
     run_both(graph, [x.astype(np.float32 if dtype == "f32" else np.float64)])
+
+
+def test_a_select_of_a_value_with_itself_does_not_write_over_it():
+    """``where(m, y, y)``: the select may write over its first data operand only when that is
+    not also its other operand (it reads that after writing)."""
+    def f(m, a):
+        y = a * 2
+        return (graphnn.where(m, y, y) * 3).sum(0)
+    m = graphnn.tensor(np.array([[True, False, True]] * 3))
+    a = graphnn.arange(9.0).reshape(3, 3)
+    np.testing.assert_array_equal(graphnn.compile(f)(m, a).numpy(), f(m, a).numpy())

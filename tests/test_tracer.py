@@ -304,16 +304,21 @@ def test_a_value_overwritten_whole_passes_zero_gradients_compiled(backend):
     assert not np.any(results["compiled"][1].numpy())
 
 
-def test_a_copy_under_no_grad_records_no_select():
-    """``copy_`` (and ``fill_``) under ``no_grad`` records the value itself: no
-    ``where(True, value, old)`` for the gradients no one records."""
-    def f(x, state):
+def test_copies_between_state_tensors_in_a_compiled_step_swap_them():
+    """``a`` and ``b`` swapped by ``copy_`` under ``no_grad`` in a compiled step: each update
+    is a value of its own, so writing one back does not change what the other reads."""
+    a, b = graphnn.tensor([1.0, 2.0]), graphnn.tensor([3.0, 4.0])
+
+    def swap():
         with graphnn.no_grad():
-            state.copy_(x * 2)
-            state.fill_(1.5)
-        return state + x
-    graph = graphnn.trace(f, graphnn.randn(3), graphnn.zeros(3))
-    assert not [n for n in graph.nodes if n.op == "where"]
+            held = a.clone()
+            a.copy_(b)
+            b.copy_(held)
+    compiled = graphnn.compile(swap)
+    for expected in ([3.0, 4.0], [1.0, 2.0], [3.0, 4.0]):
+        compiled()
+        assert a.tolist() == expected and b.tolist() == [sum(x) for x in zip(
+            [4.0, 6.0], [-v for v in expected])]
 
 
 def test_writes_to_concrete_tensors_made_in_forward():

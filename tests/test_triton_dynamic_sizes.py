@@ -285,12 +285,13 @@ def test_convolution_and_pooling_training_with_a_symbolic_batch():
 def test_a_convolution_whose_padding_is_a_symbolic_expression():
     """``padding='same'`` with a kernel given as an input: the padding is ``s2 - 1``, an
     expression the kernels must parenthesise (found by ``graphnn fuzz --backend triton``:
-    ``oy - s2-1`` read the wrong rows); forward and both gradients against eager."""
+    ``oy - s2-1`` read the wrong rows); forward and both gradients against eager, one
+    compile for every batch, image and kernel size."""
     def fn(x, w):
         return F.conv2d(x, w, padding="same", dilation=2)
     compiled = graphnn.compile(fn, dynamic=True)
-    for batch, side in [(2, 5), (3, 7)]:
-        x, w = _cuda(batch, 2, side, side), _cuda(3, 2, 3, 3)
+    for batch, side, kernel in [(2, 5, 3), (3, 7, 5), (2, 6, 3)]:
+        x, w = _cuda(batch, 2, side, side), _cuda(3, 2, kernel, kernel)
         results = []
         for f in (compiled, fn):
             xin, win = (t.detach().clone().requires_grad_() for t in (x, w))
@@ -298,6 +299,7 @@ def test_a_convolution_whose_padding_is_a_symbolic_expression():
             y.square().sum().backward()
             results.append([y, xin.grad, win.grad])
         _assert_close(*results, atol=1e-5)
+    assert compiled.compiles == 1, compiled.recompile_reasons  # the kernel size too
 
 
 def test_a_backward_whose_sizes_a_forward_guard_ties_together():

@@ -80,8 +80,8 @@ def linear(input, weight, bias=None):
     does; wider dtypes add it after the matmul, which rounds the same."""
     input, weight, bias = autocast.cast_args("linear", input, weight, bias)
     other = weight.transpose(-2, -1) if weight.ndim == 2 else weight
-    if bias is not None and input.dtype.itemsize == 2 and bias.dtype == input.dtype == \
-            weight.dtype and bias.ndim == 1 and other.ndim == 2:
+    if bias is not None and input.dtype.name in ("float16", "bfloat16") and \
+            bias.dtype == input.dtype == weight.dtype and bias.ndim == 1 and other.ndim == 2:
         return apply1("matmul_epilogue", input, other, bias, bias=True)
     out = apply1("matmul", input, other)
     return out if bias is None else out + bias

@@ -184,18 +184,16 @@ def _store(t, result) -> None:
 
 
 def overwrite(old, value):
-    """``value`` cast and broadcast to ``old``'s dtype and shape. Where a gradient may be
-    recorded (grad mode on, and something requiring grad or a trace running) it is a
-    ``where`` that picks ``value`` everywhere, so that gradients reach ``old`` as zeros (as in
-    PyTorch); otherwise ``value`` itself (no pass over it: a compiled step's ``copy_`` under
-    ``no_grad``, a GradScaler's or an EMA's, adds no select)."""
+    """``value`` cast and broadcast to ``old``'s dtype and shape, recorded as a ``where`` that
+    picks it everywhere, so that gradients reach ``old`` as zeros (as in PyTorch). Eagerly,
+    where no gradient is recorded, ``value`` itself (the write copies it: no select pass).
+    A trace always records the select: its tensors do not require grad yet (autodiff comes
+    later), and a graph whose state update were another state tensor's value would alias
+    the two updates."""
     from .tensor import Tensor
     value = value.to(old.dtype)
-    # a trace differentiates later (autodiff on its graph): with grad mode on it keeps the
-    # where whatever requires grad now
-    differentiable = old.requires_grad or value.requires_grad or \
-        trace_state.active() is not None
-    if not (is_grad_enabled() and differentiable):
+    if trace_state.active() is None and not (
+            is_grad_enabled() and (old.requires_grad or value.requires_grad)):
         value = value.to(old.device)  # the where below places a host constant itself
         return value if value.shape == old.shape else value.expand(tuple(old.shape))
     everywhere = Tensor._wrap(np.ones((), np.bool_))

@@ -20,7 +20,7 @@ from ..frontend.creation import full
 from ..frontend.grad_mode import no_grad
 from ..frontend.tensor import Tensor
 from ..frontend.tensor_math import where
-from ..frontend.trace_state import TraceError, is_symbolic
+from ..frontend.trace_state import TraceError, is_symbolic, symbol_of
 from ..ir.dtypes import float32, float64, int32
 
 _READY, _UNSCALED, _STEPPED = "ready", "unscaled", "stepped"
@@ -76,16 +76,17 @@ class GradScaler:
         and record (a 0-d float32 tensor, 1 or 0) whether any held inf or NaN before."""
         if not self._enabled:
             return
+        stage = self._per_optimizer.get(id(optimizer), {"stage": _READY})["stage"]
+        if stage is _UNSCALED:
+            raise RuntimeError("unscale_() has already been called on this optimizer since "
+                               "the last update().")
+        if stage is _STEPPED:
+            raise RuntimeError("unscale_() is being called after step().")
         grads = [p.grad for group in optimizer.param_groups for p in group["params"]
                  if p.grad is not None]
         if any(g.dtype.name == "float16" for g in grads):  # before any gradient changes
             raise ValueError("Attempting to unscale FP16 gradients.")
         state = self._state(optimizer)
-        if state["stage"] is _UNSCALED:
-            raise RuntimeError("unscale_() has already been called on this optimizer since "
-                               "the last update().")
-        if state["stage"] is _STEPPED:
-            raise RuntimeError("unscale_() is being called after step().")
         with no_grad():
             inv_scale = self._scale.to(float64).reciprocal().to(float32)
             poison = _filled(0, float32, self._scale.device)
@@ -192,12 +193,14 @@ class GradScaler:
         if len(state_dict) == 0:
             raise RuntimeError("The source state dict is empty, possibly because it was saved "
                                "from a disabled instance of GradScaler.")
-        self._growth_factor = float(state_dict["growth_factor"])
-        self._backoff_factor = float(state_dict["backoff_factor"])
-        self._growth_interval = int(state_dict["growth_interval"])
+        scale, tracker = float(state_dict["scale"]), int(state_dict["_growth_tracker"])
+        factors = float(state_dict["growth_factor"]), float(state_dict["backoff_factor"])
+        interval = int(state_dict["growth_interval"])  # all read before anything changes
+        self._growth_factor, self._backoff_factor = factors
+        self._growth_interval = interval
         with no_grad():  # in place: a compiled step keeps reading the same tensors
-            self._scale.fill_(float(state_dict["scale"]))
-            self._growth_tracker.fill_(int(state_dict["_growth_tracker"]))
+            self._scale.fill_(scale)
+            self._growth_tracker.fill_(tracker)
 
 
 def _filled(value, dtype, device) -> Tensor:
@@ -206,26 +209,35 @@ def _filled(value, dtype, device) -> Tensor:
 
 def _step_unless(optimizer, skip, args, kwargs):
     """``optimizer.step()`` recorded in a trace, then every parameter with a gradient and
-    every tensor in its optimizer state put back to its value before the step where the bool
-    0-d ``skip`` is set. Raises TraceError when the step adds or rebinds non-tensor state, which
-    a graph cannot put back."""
+    every tensor in its optimizer state that the step changed put back to its value before
+    the step where the bool 0-d ``skip`` is set. Raises TraceError when the step adds,
+    removes or rebinds non-tensor state, which a graph cannot put back."""
     with no_grad():
-        before = [(p, p.clone(), {key: value.clone() if isinstance(value, Tensor) else value
-                                  for key, value in optimizer.state.get(p, {}).items()})
-                  for group in optimizer.param_groups for p in group["params"]
-                  if p.grad is not None]
+        before = [(p, symbol_of(p), p.clone(), {
+            key: (symbol_of(value), value.clone()) if isinstance(value, Tensor) else value
+            for key, value in optimizer.state.get(p, {}).items()})
+            for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
     result = optimizer.step(*args, **kwargs)
     with no_grad():
-        for p, old, entries in before:
-            p.copy_(where(skip, old, p))
-            for key, value in optimizer.state.get(p, {}).items():
-                earlier = entries.get(key)
-                if isinstance(value, Tensor) and isinstance(earlier, Tensor):
-                    value.copy_(where(skip, earlier, value))
-                elif key not in entries or isinstance(value, Tensor) or \
-                        isinstance(earlier, Tensor) or value != earlier:
+        for p, symbol, old, entries in before:
+            _put_back(p, symbol, old, skip)
+            now = optimizer.state.get(p, {})
+            for key in set(entries) | set(now):
+                earlier, value = entries.get(key), now.get(key)
+                if isinstance(value, Tensor) and isinstance(earlier, tuple):
+                    _put_back(value, *earlier, skip)
+                elif key not in entries or key not in now or isinstance(value, Tensor) or \
+                        isinstance(earlier, tuple) or value != earlier:
                     raise TraceError(
                         f"GradScaler.step: {type(optimizer).__name__}'s step changed its "
                         f"state entry {key!r} in a way a compiled step cannot undo when the "
-                        f"gradients hold inf or NaN (a new entry, or a non-tensor value)")
+                        f"gradients hold inf or NaN (a new or removed entry, or a non-tensor "
+                        f"value)")
     return result
+
+
+def _put_back(tensor, symbol, old, skip) -> None:
+    """``tensor`` (traced) set to ``old`` where ``skip`` is set, unless it still holds the
+    value ``symbol`` it held before the step (a select of a value with itself)."""
+    if symbol_of(tensor) is not symbol:
+        tensor.copy_(where(skip, old, tensor))

@@ -168,11 +168,12 @@ class _Context:
         sep = ", " if args else ""
         return f"{fn}({call_args}{sep}_out={self.out_types(node)}{attrs})"
 
-    def out_arg(self, node, inplace: bool = False, result: int = 0, name: str = "out") -> str:
+    def out_arg(self, node, inplace=False, result: int = 0, name: str = "out") -> str:
         """``, out=bK`` naming a scratch buffer for the node's result number ``result``, or
         ``""`` when it must be a fresh array (a graph output). ``inplace``: the lowering is
         elementwise over the result's shape, so a dying input of the same type may be
-        overwritten. ``name``: the keyword to pass it as."""
+        overwritten: True for any input, or the one input (a Value) it may write over.
+        ``name``: the keyword to pass it as."""
         buf = self.memory.assign(self.node_index, node.outputs[result], inplace)
         return f", {name}={buf}" if buf else ""
 

@@ -184,9 +184,8 @@ def _pow(node, args, ctx):
 
 
 def _where(node, args, ctx):
-    """The branch-free ``_rt.where``, which may write over its first data operand (any dying
-    operand of the result's type when the other data operand is 0-d, so that it can only be
-    the first); folded into the softmax that alone reads it (``_masked_softmax``); a 0-d
+    """The branch-free ``_rt.where``, which may write over its first data operand (unless
+    that is also its condition or other operand, which the select reads after writing); folded into the softmax that alone reads it (``_masked_softmax``); a 0-d
     select (gradient clipping's) is ``np.where`` itself, the reference's call, without the
     reference's dispatch."""
     compute = ufunc_compute(node, data_from=1, scalar=True)
@@ -196,10 +195,9 @@ def _where(node, args, ctx):
         return f"np.where({', '.join(args)})"
     if _masked_softmax(node, ctx) is not None:
         return Lowered(f"_rt.where({', '.join(args)})", folded=True)
-    # _rt.where may write over its first data operand (of the result's type): any dying
-    # operand when the other is 0-d, that one alone otherwise (a skipped step's parameter)
-    inplace = node.outputs[0].type.dtype.np != np.bool_ and (
-        not node.inputs[2].type.shape or node.inputs[1])
+    cond, a, b = node.inputs
+    inplace = a if node.outputs[0].type.dtype.np != np.bool_ and a is not b and \
+        a is not cond else False
     return f"_rt.where({', '.join(args)}{ctx.out_arg(node, inplace=inplace)})"
 
 

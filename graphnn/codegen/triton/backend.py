@@ -127,16 +127,15 @@ def _fill(node) -> str:
 
 
 def _arange(node) -> str | None:
-    """The wrapper source of an integer ``arange`` node (its end a size expression where
+    """The wrapper source of an integer ``arange`` node (its bounds size expressions where
     symbolic); None for a floating one (its bounds are fixed by guards, so it is a constant,
     or it runs on the host)."""
     attrs = node.attrs
     if attrs["dtype"].is_floating_point:
         return None
-    end = attrs["end"]
-    end = size_text(end) if isinstance(end, Sym) else _number(end)
-    return (f"_rt.arange({_number(attrs['start'])}, {end}, {_number(attrs['step'])}, "
-            f"{attrs['dtype'].name!r})")
+    start, end, step = (size_text(attrs[k]) if isinstance(attrs[k], Sym) else _number(attrs[k])
+                        for k in ("start", "end", "step"))
+    return f"_rt.arange({start}, {end}, {step}, {attrs['dtype'].name!r})"
 
 
 def _cat(node, name) -> str:

@@ -325,7 +325,7 @@ def conv(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     attrs = node.attrs
     key = {"op": node.op, "inputs": [[list(hinted(v.type.shape)), v.type.dtype.name]
                                      for v in node.inputs],
-           "geometry": [[int(s) for s in attrs[k]] for k in ("stride", "padding", "dilation")],
+           "geometry": [list(hinted(attrs[k])) for k in ("stride", "padding", "dilation")],
            "groups": int(attrs["groups"]),
            "epilogue": [bool(attrs.get("bias")), bool(attrs.get("residual")),
                         str(attrs.get("activation", "none"))],
