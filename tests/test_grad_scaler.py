@@ -228,9 +228,10 @@ def test_compiled_step_leaving_a_scaler_mid_iteration_says_why_it_runs_eagerly()
 
 
 def test_compiled_scaler_step_writes_parameters_and_state_in_place():
-    """Each parameter and optimizer-state array of the fused update is written straight
-    into its own array (no fresh array for the caller to copy in), and a state tensor the
-    step leaves alone gets no select of itself with itself."""
+    """Each parameter and optimizer-state array of the fused update is put back by one
+    select, ``where(found_inf, before, after)``, written straight into its own array (no
+    fresh array for the caller to copy in, no second select as ``copy_`` records), and a
+    state tensor the step leaves alone gets no select of itself with itself."""
     model, _ = _pair(7)
     ours, scaler = _scaled_trainer(graphnn, model, "adamw")
     compiled = graphnn.compile(ours)
@@ -242,7 +243,8 @@ def test_compiled_scaler_step_writes_parameters_and_state_in_place():
     for name in ("model.2.weight", "model.2.bias", "opt.state.model.2.weight.exp_avg",
                  "opt.state.model.2.weight.exp_avg_sq"):
         array = "v_" + name.replace(".", "_")
-        assert re.search(rf"{updates[name]} = _rt.where\(.*, out={array}\)", source), name
+        assert re.search(rf"{updates[name]} = _rt.where\(v\d+, {array}, v\d+, out={array}\)",
+                         source), name
     assert not re.search(r"where\(v\d+, (v\w+), \1\b", source)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from ..frontend.creation import full
 from ..frontend.grad_mode import no_grad
+from ..frontend.inplace import run_inplace
 from ..frontend.tensor import Tensor
 from ..frontend.tensor_math import where
 from ..frontend.trace_state import TraceError, is_symbolic, symbol_of
@@ -238,6 +239,7 @@ def _step_unless(optimizer, skip, args, kwargs):
 
 def _put_back(tensor, symbol, old, skip) -> None:
     """``tensor`` (traced) set to ``old`` where ``skip`` is set, unless it still holds the
-    value ``symbol`` it held before the step (a select of a value with itself)."""
+    value ``symbol`` it held before the step (a select of a value with itself): one select
+    written into it (``copy_`` of a select would record a second one)."""
     if symbol_of(tensor) is not symbol:
-        tensor.copy_(where(skip, old, tensor))
+        run_inplace(tensor, "GradScaler.step", lambda now: where(skip, old, now), (old,))
