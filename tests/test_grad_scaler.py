@@ -4,7 +4,10 @@ growth, state dicts and misuse errors."""
 from __future__ import annotations
 
 import math
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -279,3 +282,23 @@ def test_compiled_scaler_step_keeps_state_the_step_leaves_alone():
     for p, anchor in zip(model.parameters(), anchors):
         np.testing.assert_array_equal(opt.state[p]["anchor"].numpy(), anchor)
         assert np.any(anchor)
+
+
+def test_a_scaler_for_an_unavailable_device_disables_itself_with_a_warning():
+    """As PyTorch's: ``GradScaler("cuda")`` without a cuda device warns and passes through
+    (run without ``TRITON_INTERPRET``, which would make the CPU a cuda device)."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a cuda device: the scaler stays enabled")
+    code = ("import warnings, graphnn\n"
+            "with warnings.catch_warnings(record=True) as caught:\n"
+            "    warnings.simplefilter('always')\n"
+            "    scaler = graphnn.amp.GradScaler('cuda')\n"
+            "loss = graphnn.tensor(2.0)\n"
+            "assert not scaler.is_enabled() and scaler.scale(loss) is loss\n"
+            "assert scaler.get_scale() == 1.0\n"
+            "print([str(w.message) for w in caught])\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "GradScaler is enabled, but cuda is not available. Disabling." in done.stdout

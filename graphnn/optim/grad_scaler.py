@@ -16,6 +16,8 @@ flag is set (``where(found_inf, before, after)``): the same values, decided at r
 """
 from __future__ import annotations
 
+import warnings
+
 from ..frontend.creation import full
 from ..frontend.grad_mode import no_grad
 from ..frontend.inplace import run_inplace
@@ -23,6 +25,7 @@ from ..frontend.tensor import Tensor
 from ..frontend.tensor_math import where
 from ..frontend.trace_state import TraceError, is_symbolic, symbol_of
 from ..ir.dtypes import float32, float64, int32
+from ..ir.errors import UnsupportedError
 
 _READY, _UNSCALED, _STEPPED = "ready", "unscaled", "stepped"
 
@@ -31,7 +34,8 @@ class GradScaler:
     """``GradScaler(device="cpu", init_scale=2**16, growth_factor=2.0, backoff_factor=0.5,
     growth_interval=2000, enabled=True)``; disabled, every method is a pass-through. The
     scale and growth tracker live on ``device`` and follow the loss to its device at the
-    first ``scale``."""
+    first ``scale``; a ``device`` that is not available disables the scaler with a warning,
+    as PyTorch's does."""
 
     def __init__(self, device: str = "cpu", init_scale: float = 2.0 ** 16,
                  growth_factor: float = 2.0, backoff_factor: float = 0.5,
@@ -43,7 +47,14 @@ class GradScaler:
                 raise ValueError("The backoff factor must be < 1.0.")
         self.device = device
         self._enabled = bool(enabled)
-        self._scale = _filled(init_scale, float32, device)
+        try:
+            self._scale = _filled(init_scale, float32, device)
+        except UnsupportedError:  # as PyTorch: a scaler for a missing device does nothing
+            if self._enabled:
+                warnings.warn(f"graphnn.amp.GradScaler is enabled, but {device} is not "
+                              f"available. Disabling.", stacklevel=2)
+            self._enabled, device = False, "cpu"
+            self._scale = _filled(init_scale, float32, device)
         self._growth_tracker = _filled(0, int32, device)
         self._growth_factor, self._backoff_factor = float(growth_factor), float(backoff_factor)
         self._growth_interval = int(growth_interval)
