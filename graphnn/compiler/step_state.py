@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 from ..frontend.tensor import Tensor
 from ..frontend.traced_backward import is_traced
-from ..nn.module import Module, plain_attribute_writes
 from ..frontend.trace_state import TraceError
+from ..nn.module import Module, plain_attribute_writes
 from ..optim.grad_scaler import GradScaler
 from ..optim.optimizer import Optimizer
 from .hyper_inputs import signature_key
@@ -232,8 +232,7 @@ class StepState:
                 seen.add(id(t))
                 out.append((name, t, "param" if t.requires_grad and t.is_leaf else "buffer"))
         for prefix, scaler in self.scalers.items():
-            for key in ("_scale", "_growth_tracker"):
-                t = getattr(scaler, key)
+            for key, t in scaler.state_tensors():
                 if id(t) not in seen:
                     seen.add(id(t))
                     out.append((f"{prefix}.{key}", t, "buffer"))
@@ -322,9 +321,7 @@ class StepState:
     def _scaler_key(self) -> tuple:
         """What a trace bakes in of each GradScaler: its settings, and whether it is
         mid-iteration (which a trace refuses)."""
-        return tuple((name, s._enabled, s._growth_factor, s._backoff_factor,
-                      s._growth_interval, bool(s._per_optimizer))
-                     for name, s in self.scalers.items())
+        return tuple((name, s.trace_key()) for name, s in self.scalers.items())
 
     def check_scalers_between_iterations(self, when: str) -> None:
         """Raise TraceError unless every GradScaler reached is between iterations (no
@@ -332,7 +329,7 @@ class StepState:
         work only, so it cannot leave a scaler's Python bookkeeping mid-iteration, nor read
         one's recorded inf check as a constant. ``when``: "before" or "after" the trace."""
         for name, scaler in self.scalers.items():
-            if scaler._per_optimizer:
+            if scaler.mid_iteration():
                 raise TraceError(
                     f"GradScaler {name!r} is mid-iteration {when} the traced call (unscale_ or "
                     f"step without update): a compiled step must call scaler.update() after "
@@ -356,17 +353,14 @@ class StepState:
                  if self.gradients and kind == "param"]
         states = [(opt, dict(opt.state), {p: dict(d) for p, d in opt.state.items()})
                   for opt in self.optimizers.values()]
-        scalers = [(s, dict(vars(s), _per_optimizer={k: dict(v) for k, v in
-                                                        s._per_optimizer.items()}))
-                   for s in self.scalers.values()]
+        scalers = [(s, s.snapshot()) for s in self.scalers.values()]
         return grads, states, scalers
 
     @staticmethod
     def restore(snapshot) -> None:
         grads, states, scalers = snapshot
-        for scaler, attributes in scalers:
-            vars(scaler).clear()
-            vars(scaler).update(attributes)
+        for scaler, saved in scalers:
+            scaler.restore(saved)
         for t, grad in grads:
             t.grad = grad
         for opt, outer, inner in states:

@@ -164,6 +164,30 @@ class GradScaler:
         scale.copy_(new_scale)
         tracker.copy_(new_tracker)
 
+    # ---- what a compiled step reads (compiler/step_state.py) ------------------------------------
+
+    def state_tensors(self) -> list:
+        """``[(attribute name, tensor)]`` of the state a compiled step binds and updates."""
+        return [("_scale", self._scale), ("_growth_tracker", self._growth_tracker)]
+
+    def trace_key(self) -> tuple:
+        """What a trace bakes in: the settings, and whether the scaler is mid-iteration."""
+        return (self._enabled, self._growth_factor, self._backoff_factor,
+                self._growth_interval, self.mid_iteration())
+
+    def mid_iteration(self) -> bool:
+        """Whether ``unscale_`` or ``step`` ran since the last ``update``."""
+        return bool(self._per_optimizer)
+
+    def snapshot(self) -> dict:
+        """The scaler's attributes, its per-optimizer bookkeeping copied (``restore``)."""
+        return dict(vars(self), _per_optimizer={k: dict(v)
+                                                for k, v in self._per_optimizer.items()})
+
+    def restore(self, snapshot: dict) -> None:
+        vars(self).clear()
+        vars(self).update(snapshot)
+
     # ---- accessors and state -------------------------------------------------------------------
 
     def get_scale(self) -> float:

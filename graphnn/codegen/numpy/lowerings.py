@@ -185,9 +185,10 @@ def _pow(node, args, ctx):
 
 def _where(node, args, ctx):
     """The branch-free ``_rt.where``, which may write over its first data operand (unless
-    that is also its condition or other operand, which the select reads after writing); folded into the softmax that alone reads it (``_masked_softmax``); a 0-d
-    select (gradient clipping's) is ``np.where`` itself, the reference's call, without the
-    reference's dispatch."""
+    that is also its condition or other operand, which the select reads after writing);
+    folded into the softmax that alone reads it (``_masked_softmax``); a 0-d select (gradient
+    clipping's) is ``np.where`` itself, the reference's call, without the reference's
+    dispatch."""
     compute = ufunc_compute(node, data_from=1, scalar=True)
     if compute != "":
         return None

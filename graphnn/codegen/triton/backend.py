@@ -50,9 +50,9 @@ from .attention import attention
 from .device import interpreted
 from .conv import conv
 from .gemm import gemm
-from .indexing import INDEXING_OPS, scatter_gather
+from .indexing import scatter_gather
 from .kernels import DEFAULT_BLOCKS, Unlowered, size_text
-from .pool import POOL_OPS, max_pool2d
+from .pool import max_pool2d
 from .reduction import reduction
 from .random import random
 from .scan import scan
@@ -161,17 +161,11 @@ def _slice_scatter(node, name) -> str | None:
 
 
 def _writes_symbols(unit) -> bool:
-    """Whether ``unit``'s template writes symbolic sizes as expressions: the pointwise
-    (``kernels.py``), reduction (``reduction.py``), GEMM, random, attention (forward and
-    backward), convolution, max-pooling (forward and backward) and scan templates, and the
-    indexing ops (``indexing.py``: ``gather``, ``index``, ``scatter_add``,
-    ``index_put``: embedding lookups and their gradients). The others are given the unit with
-    every size fixed (``units.specialised``: guarded)."""
-    op = unit.nodes[0].op if len(unit.nodes) == 1 else None
-    return unit.kind in (KernelKind.POINTWISE, KernelKind.REDUCTION, KernelKind.GEMM,
-                         KernelKind.RANDOM, KernelKind.ATTENTION, KernelKind.CONVOLUTION,
-                         KernelKind.POOLING, KernelKind.SCAN) or \
-        (unit.kind is KernelKind.SCATTER_GATHER and op in INDEXING_OPS | POOL_OPS)
+    """Whether ``unit``'s template writes symbolic sizes as expressions: every template but
+    the fused optimizer update's (whose sizes are the parameters', but whose inlined scalars
+    may hold a size). The update is given the unit with every size fixed
+    (``units.specialised``: guarded); so is a unit a template refuses, run on the host."""
+    return unit.kind is not KernelKind.MULTI_UPDATE
 
 
 def _text_at_hints(graph) -> str:

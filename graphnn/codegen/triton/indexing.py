@@ -222,9 +222,6 @@ def _write(name, unit, space, base, src, accumulate, blocks, interpreter_form) -
     return launch_of(name, unit, body, 0 if empty else programs(lines, block), {"BLOCK": block})
 
 
-INDEXING_OPS = frozenset({"gather", "index", "scatter_add", "index_put"})  # this file's ops
-
-
 def scatter_gather(name: str, unit, blocks: Blocks, interpreter_form: bool) -> Launch:
     """The kernel of a one-node ``scatter_gather`` unit, with its index checks;
     ``Unlowered`` for other units."""

@@ -7,12 +7,12 @@ masked (the interpreter does not catch out-of-bounds accesses). ``KernelBody`` h
 function's lines, ``Launch`` a generated kernel, ``launch_of`` makes one; ``Blocks`` caps the
 block sizes.
 
-Symbolic sizes (``compile(..., dynamic=True)``: a dim may be an ``ir.symbolic.Sym``): the
-pointwise, reduction (``reduction.py``), GEMM, random, attention (forward and backward),
-convolution, pooling, scan and indexing (``indexing.py``) templates write a symbolic size as an expression in its symbols (``size_text``), which the jit function
-takes as integer arguments (``size_arguments``), and the grid as an expression the module
-evaluates at launch (``programs``); block sizes are chosen on the compiling call's sizes (any
-block is correct: every access is masked).
+Symbolic sizes (``compile(..., dynamic=True)``: a dim may be an ``ir.symbolic.Sym``): every
+template but the fused optimizer update's writes a symbolic size as an expression in its
+symbols (``size_text``), which the jit function takes as integer arguments
+(``size_arguments``), and the grid as an expression the module evaluates at launch
+(``programs``); block sizes are chosen on the compiling call's sizes (any block is correct:
+every access is masked).
 
 Pointwise: one program per ``BLOCK`` of the flattened iteration space ``S`` (the largest
 result shape); each dim's index comes from the flat offset by division and remainder.
