@@ -110,7 +110,7 @@ def gpt(lib, n_layer, n_head, n_embd, block_size, vocab_size, **_):
             self.wte.weight = self.lm_head.weight  # weight tying
 
         def forward(self, idx, targets):
-            pos = lib.arange(0, idx.shape[1], dtype=lib.long)
+            pos = lib.arange(0, idx.shape[1], dtype=lib.long, device=idx.device)
             x = self.wte(idx) + self.wpe(pos)
             for block in self.h:
                 x = block(x)

@@ -23,23 +23,24 @@ from op_db import OP_DB
 from test_model_zoo_compiler import CASES
 
 
-def assert_same(got, expected, what="", rtol=0.0):
+def assert_same(got, expected, what="", rtol=0.0, scale=0.0):
     """Same nesting, and leaves of equal dtype, shape and values (NaNs equal); ``rtol`` > 0:
-    values within ``rtol`` relative to the leaf's largest magnitude (GEMM summation order)."""
+    values within ``rtol`` relative to the leaf's largest magnitude (GEMM summation order), or
+    to ``scale`` where that is larger."""
     if isinstance(expected, dict):
         assert isinstance(got, dict) and list(got) == list(expected), what
         for k in expected:
-            assert_same(got[k], expected[k], f"{what}[{k!r}]", rtol)
+            assert_same(got[k], expected[k], f"{what}[{k!r}]", rtol, scale)
     elif isinstance(expected, (tuple, list)):
         assert isinstance(got, tuple) and len(got) == len(expected), what
         for i, (a, b) in enumerate(zip(got, expected)):
-            assert_same(a, b, f"{what}[{i}]", rtol)
+            assert_same(a, b, f"{what}[{i}]", rtol, scale)
     else:
         assert isinstance(got, np.ndarray), f"{what}: got {type(got)}"
         assert got.dtype == expected.dtype and got.shape == expected.shape, \
             f"{what}: {got.dtype}{list(got.shape)} vs {expected.dtype}{list(expected.shape)}"
         if rtol and expected.dtype.kind == "f" and expected.size:
-            scale = float(np.max(np.abs(expected[np.isfinite(expected)]), initial=0.0))
+            scale = float(np.max(np.abs(expected[np.isfinite(expected)]), initial=scale))
             np.testing.assert_allclose(got, expected, rtol=rtol, atol=rtol * scale,
                                        err_msg=what)
         else:

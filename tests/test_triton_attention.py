@@ -339,6 +339,7 @@ AOT_CASES = [
     (F16, (2, 4, 20, 80), (2, 2, 37, 80), 96, {"kv_groups": 2, "causal": True}, "float"),
     (F32, (2, 2, 20, 64), (2, 2, 37, 64), 64, {}, "bool"),
     (F64, (1, 2, 20, 32), (1, 2, 37, 32), 32, {"causal": True, "safe_softmax": False}, None),
+    (F64, (2, 2, 20, 16), (2, 2, 37, 16), 16, {}, "bool"),
     ("bfloat16", (1, 2, 20, 128), (1, 2, 37, 128), 128, {"causal": True}, None),
 ]
 
@@ -366,8 +367,9 @@ def _aot_graphs(dtype, q_shape, k_shape, dv, attrs, mask):
 def test_attention_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
     """The GPU form (16-bit tl.dot operands, float64 tl.dot) of the forward, stats and backward
     kernels with GQA, causality, bool and float masks, in float16, bfloat16, float32 and
-    float64, with default and small blocks, compiles to PTX for sm80 without a GPU, and the
-    bfloat16 ones for sm90 too (kernels differing only in sizes compile once)."""
+    float64, with default and small blocks, compiles to PTX for sm80 and sm90 without a GPU
+    (kernels differing only in sizes compile once). float64 with a bool mask failed on an H100
+    under Triton 3.6 (see ``Operands.bool_mask``)."""
     paths = []
     for k, case in enumerate(AOT_CASES):
         for j, graph in enumerate(_aot_graphs(*case)):
@@ -376,9 +378,7 @@ def test_attention_kernels_compile_ahead_of_time_for_sm80_and_sm90(tmp_path):
                 source = generate(stage.schedule, stage.plan, blocks=blocks,
                                   interpreter_form=False)
                 assert "tl.dot" in source and "host_op" not in source
-                # sm90 (wgmma) for bfloat16, the GPU benchmark's dtype; sm80 for all
-                arch = "_sm90" if case[0] == "bfloat16" else ""
-                path = tmp_path / f"attention{k}_{j}_{blocks.attention_m}{arch}.py"
+                path = tmp_path / f"attention{k}_{j}_{blocks.attention_m}_sm90.py"
                 path.write_text(source)
                 paths.append(str(path))
     assert compile_ahead_of_time(paths) >= 3 * len(AOT_CASES)

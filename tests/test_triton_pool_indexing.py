@@ -229,7 +229,9 @@ def test_zoo_models_keep_pooling_and_indexing_on_the_device(name, kept, isolated
     assert not _host_ops(source) & (kept | {"scatter_add"}), sorted(_host_ops(source))
     assert all(f"{op}(" in source for op in kept)  # nothing decomposed them away
     for a, e in zip(*results.values()):
-        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+        # relative to each result's scale: on a GPU sums are taken in another order (an H100
+        # gave 1.3e-6 on an element 0.016 of a gradient whose largest is 9)
+        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6 * max(1.0, np.abs(e).max()))
 
 
 # ---- ahead-of-time compilation -----------------------------------------------------------------

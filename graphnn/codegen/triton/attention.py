@@ -143,7 +143,7 @@ class Operands:
         keep = [inside]
         mask = node.inputs[3] if node.attrs["has_mask"] else None
         if mask is not None and mask.type.dtype.name == "bool":
-            keep.append(f"({self.load(mask, row_vars, col_vars, inside)} != 0)")
+            keep.append(f"({self.bool_mask(mask, row_vars, col_vars, inside, acc_type)} != 0)")
         if node.attrs["causal"]:
             keep.append(f"({col_vars} <= {row_vars})")
         body.emit(f"keep = {' & '.join(keep)}")
@@ -152,6 +152,17 @@ class Operands:
             m = self.load(mask, row_vars, col_vars, inside)
             body.emit(f"s = s + {body.cast(m, acc_type, acc_type)}")
         return "s"
+
+    def bool_mask(self, mask, row_vars: str, col_vars: str, inside: str, acc_type: str) -> str:
+        """The loaded bool mask block. For float64 it passes through a sum over a new size-1
+        dim: Triton 3.6 sizes a ``tl.dot`` operand's registers by the narrowest load its value
+        derives from (through elementwise ops, not reductions), and a float64 operand derived
+        from the 8-bit mask fails to compile ("fp64 don't support largeK MMA"), seen on an
+        H100 and reproduced with Triton 3.6's compiler without a GPU."""
+        loaded = self.load(mask, row_vars, col_vars, inside)
+        if acc_type != "tl.float64":
+            return loaded
+        return f"tl.sum({loaded}.to(tl.int32)[:, :, None], 2)"
 
     def dropout(self, row_vars: str, col_vars: str) -> str | None:
         """Emit ``drop``, the dropout factor (1 / (1 - p) where kept, else 0, in the
