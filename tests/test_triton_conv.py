@@ -19,9 +19,11 @@ from triton_helpers import INTERPRETER_WARNINGS, SMALL, compile_ahead_of_time
 
 import graphnn
 from graphnn.codegen.triton import BACKEND
+from graphnn.codegen.triton import conv as conv_template
 from graphnn.codegen.triton.backend import generate
 from graphnn.compiler import stages
 from graphnn.frontend.dispatch import apply_op
+from graphnn.runtime import cache
 
 pytestmark = INTERPRETER_WARNINGS
 DTYPES = [np.float32, np.float64, np.float16]
@@ -194,6 +196,36 @@ def test_zoo_cnn_runs_its_convolutions_in_triton_kernels(isolated_cache):
     assert not {op for op in _host_ops(sources) if op.startswith("conv2d")}
     assert all(f"# {op}" not in sources for op in CONV_OPS)
     assert "tl.dot(" in sources
+
+
+@pytest.mark.parametrize("side", [6, 7])
+def test_every_tile_candidate_computes_the_same_convolution(side, tmp_path, monkeypatch):
+    """Each of the autotuner's tile candidates for conv2d and its gradients (a 3x3 kernel,
+    dilation 2, "same" padding: the geometry whose eager input gradient came out shifted by
+    two columns in one H100 run and right in the next; a GPU times the candidates, so the
+    tile can differ between runs) equals PyTorch's float64, with the default blocks."""
+    geo = _geo(dict(padding=(2, 2), dilation=(2, 2)))
+    (x, w, g), (tx, tw, tg) = _operands((2, 2, side, side), (3, 2, 3, 3), geo, np.float32, 3)
+    dx, dw = _torch_grads(tx, tw, tg, geo)
+    ops = [("conv2d", geo, [x, w], TF.conv2d(tx, tw, **geo)),
+           ("conv2d_input_grad", dict(geo, input_shape=x.shape), [g, w], dx),
+           ("conv2d_weight_grad", dict(geo, weight_shape=w.shape), [x, g], dw)]
+    for name, attrs, arrays, expected in ops:
+        seen, index = [], 0
+        while True:
+            def pick(kind, key, candidates, bench=None, index=index):
+                seen.append(candidates[index] if index < len(candidates) else None)
+                return candidates[min(index, len(candidates) - 1)]
+            monkeypatch.setattr(conv_template, "choose", pick)
+            monkeypatch.setenv("GRAPHNN_CACHE_DIR", str(tmp_path / f"{name}{index}"))
+            cache.clear_memory()
+            got = _run(_compile_op(name, attrs, "triton"), arrays)[0]
+            if seen[-1] is None:
+                break
+            np.testing.assert_allclose(got, expected.numpy().astype(np.float32), rtol=1e-5,
+                                       atol=1e-5, err_msg=f"{name} with {seen[-1]}")
+            index += 1
+        assert index == len(set(seen[:-1])) > 1  # every candidate, each once
 
 
 def _conv_stages():
