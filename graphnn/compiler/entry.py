@@ -9,8 +9,8 @@ decided by their role in the graph, never by position:
 - ``update``: written into the state tensors' device copies (``Launcher.write_updates``), each
   version counter moved as an eager in-place write moves it;
 - ``rebound``: new tensors (``Launcher.rebind``: none shares memory with state or another)
-  stored in the Python slots the traced step rebound (``slots``), and the slots it cleared set
-  to None;
+  stored in the Python slots the traced step rebound (``slots``), or as the ``.grad`` of the
+  call's tensors it differentiated, and the slots it cleared set to None;
 - ``result``: brought to the host as tensors in the eager result's containers (``template``),
   or, for a call on device tensors (``wrap_device``), device tensors holding the kernel's
   arrays;
@@ -55,7 +55,13 @@ class Entry:
                 slot.set(None)
             for name, tensor in launcher.rebind(returned["rebound"], state,
                                                     self.wrap_device).items():
-                self.slots.rebound[name].set(tensor)
+                position = self.slots.input_grads.get(name)
+                if position is None:
+                    self.slots.rebound[name].set(tensor)
+                else:
+                    tensors[position].grad = tensor
+            for position, flag in self.slots.requires_grad.items():
+                tensors[position].requires_grad_(flag)
         if on_device:
             result = to_tensors(returned["result"], self.template, self.wrap_device)
         else:

@@ -341,27 +341,39 @@ class CompiledFunction:
         eager, with a warning). The result comes back detached, as compiled steps return
         theirs."""
         self._warmed.add(sig)
-        result = self._eager(*args, **kwargs)
         tensors, static = flatten_call(self._signature, args, kwargs)
-        steady, _ = self._signature_of(self._step_state.read(), tensors, static)
-        if steady not in self._entries:
-            rng = get_rng_state()
-            try:
-                with sizes_env(steady.dynamic):
-                    entry = self._compile(self._staged(steady, args, kwargs, tensors), steady)
-                entry.random.draw_fresh_seeds()  # the trace's seeds were undone
-            except Exception as error:  # noqa: BLE001
-                self._last = steady
-                self._entries[steady] = _EAGER
-                self._warn_compile_failed(error)
-            finally:
-                set_rng_state(rng)
+        as_called = [(t.grad, t.requires_grad) for t in tensors]
+        result = self._eager(*args, **kwargs)
+        as_left = [(t.grad, t.requires_grad) for t in tensors]
+        _set_grads(tensors, as_called)  # the next call's tensors come as this one's came
+        try:
+            steady, _ = self._signature_of(self._step_state.read(), tensors, static)
+            if steady not in self._entries:
+                self._compile_steady(steady, args, kwargs, tensors)
+        finally:
+            _set_grads(tensors, as_left)
         return _Ran(detached(result))
 
-    def _warn_compile_failed(self, error):
+    def _compile_steady(self, steady, args, kwargs, tensors) -> None:
+        """Compile signature ``steady`` after a warm-up call; a failure leaves it eager, with
+        a warning."""
+        rng = get_rng_state()
+        try:
+            with sizes_env(steady.dynamic):
+                entry = self._compile(self._staged(steady, args, kwargs, tensors), steady)
+            entry.random.draw_fresh_seeds()  # the trace's seeds were undone
+        except Exception as error:  # noqa: BLE001
+            self._last = steady
+            self._entries[steady] = _EAGER
+            self._warn_compile_failed(error, depth=6)
+        finally:
+            set_rng_state(rng)
+
+    def _warn_compile_failed(self, error, depth=5):
+        """Warn that compiling failed, pointing at the caller ``depth`` frames up."""
         warnings.warn(CompileWarning(f"graphnn: compiling {self.name} failed "
                                      f"({type(error).__name__}: {error}); running eagerly"),
-                      stacklevel=5)
+                      stacklevel=depth)
 
     def _compile(self, staged, sig):
         """Build and store the entry of the traced call ``staged`` for ``sig`` (a dynamic
@@ -504,6 +516,12 @@ class CompiledFunction:
 
     def __repr__(self):
         return f"<graphnn compiled {self.name}: {len(self._entries)} signatures>"
+
+
+def _set_grads(tensors, states) -> None:
+    """Give each of ``tensors`` its ``(grad, requires_grad)`` of ``states``."""
+    for t, (grad, requires_grad) in zip(tensors, states):
+        t.requires_grad, t.grad = requires_grad, grad
 
 
 def _latest(entry):

@@ -6,8 +6,9 @@ returns ``(TracedFunction, SlotChanges, HyperInputs)``: the graph takes the opti
 hyper-parameters as ``hyper`` inputs after the call's own, and returns its ``result``, its state
 ``update``s and its ``rebound`` slots (see ``frontend.tracer.trace_with_state``), and the slot
 changes say which ``.grad`` and optimizer-state entries the function rebound (to a tensor: a
-``rebound`` output; to None: ``cleared``). Tracing leaves every tensor, gradient and optimizer
-state as it was.
+``rebound`` output; to None: ``cleared``), which of the call's tensors it gave a ``.grad`` (a
+``backward()`` reaching an input that requires grad) and whose ``requires_grad`` it changed.
+Tracing leaves every tensor, gradient and optimizer state as it was.
 
 ``stages.build(graph, "step", ...)`` turns such a trace into the graph of one kernel, and an
 ``entry.Entry`` runs it: state updates written in place, slots rebound or cleared, the result
@@ -26,6 +27,10 @@ from .hyper_inputs import HyperInputs
 class SlotChanges:
     rebound: dict = field(default_factory=dict)  # slot name -> Slot (a ``rebound`` output)
     cleared: list = field(default_factory=list)  # Slots set to None
+    # the call's tensors (by position among them) the function gave a ``.grad`` (a ``rebound``
+    # output named ``input:NAME.grad``) or whose requires_grad it changed
+    input_grads: dict = field(default_factory=dict)  # output name -> position
+    requires_grad: dict = field(default_factory=dict)  # position -> flag
 
 
 def trace_function(fn, args, kwargs, step_state, name=None):
@@ -53,6 +58,13 @@ def trace_function(fn, args, kwargs, step_state, name=None):
         names = {slot.name for slot in after}
         changes.cleared += [s for s in before_slots if s.name not in names and before[s.name]
                             is not None]
+        for position, lifted in enumerate(state.lifted_inputs):
+            if lifted.tensor.grad is not None:
+                name = f"input:{lifted.name}.grad"
+                rebound[name] = state.value(lifted.tensor.grad)
+                changes.input_grads[name] = position
+            if lifted.tensor.requires_grad != lifted.required_grad:
+                changes.requires_grad[position] = lifted.tensor.requires_grad
         return rebound
 
     hypers = HyperInputs()

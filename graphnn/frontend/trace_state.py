@@ -23,6 +23,7 @@ import functools
 import os
 import sys
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -107,6 +108,18 @@ def symbolic(value):
     return out
 
 
+@dataclass
+class LiftedInput:
+    """A tensor argument of the traced call: its graph input's name and Value, the symbolic
+    tensor standing for it, and what the call's tensor had: a ``.grad``, ``requires_grad``."""
+
+    name: str
+    tensor: object
+    value: object
+    had_grad: bool
+    required_grad: bool
+
+
 class TraceState:
     """The Graph being built and the Values of the concrete tensors the trace has bound."""
 
@@ -121,7 +134,7 @@ class TraceState:
         self.initial = {}  # id(tensor) -> (tensor, Value): state bound before the trace ran
         self.backward_request = None  # a traced loss.backward() (see traced_backward)
         self.foreign_writes = []  # concrete tensors written in place that are not bound state
-        self.inputs_requiring_grad = []  # names of inputs lifted from tensors requiring grad
+        self.lifted_inputs = []  # a LiftedInput per tensor input, in graph-input order
 
     # ---- values -----------------------------------------------------------------------------
     def symbol(self, t):

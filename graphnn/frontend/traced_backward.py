@@ -17,7 +17,9 @@ between calls works as eagerly). Each call's loss is differentiated on its own, 
 losses, so every gradient and every accumulation rounds as eagerly.
 
 Supported: ``backward`` of scalars, without ``create_graph``; leaves are the trace's bound
-tensors (parameters of the traced modules), not its inputs. Anything else raises
+tensors (parameters of the traced modules) and its tensor inputs that require grad (an
+adversarial step, input attribution), whose ``.grad`` the compiled call sets on the caller's
+tensors, unless such an input came with a ``.grad`` already. Anything else raises
 ``UnsupportedError`` naming what was asked.
 
 Data-parallel modules (``graphnn.nn.parallel.DistributedDataParallel``) average gradients with
@@ -119,17 +121,16 @@ def traced_backward(state, tensors, grad_tensors, inputs, create_graph) -> None:
         raise AutogradError(f"backward(): the loss is {loss.dtype.name}, not floating point")
     if loss.ndim:  # one element of any rank, as eagerly: differentiate it as a 0-d value
         value = state.value(loss.reshape(()))
-    if state.inputs_requiring_grad and inputs is None:
-        raise UnsupportedError(f"graphnn.trace: backward() with inputs that require grad "
-                               f"({', '.join(state.inputs_requiring_grad)}); a traced step "
-                               f"computes the gradients of parameters only")
     wanted = None if inputs is None else {id(t) for t in inputs}
     reached = _ancestors(value)
     request = state.backward_request or BackwardRequest()
     grads, incoming = {}, {}
-    for tensor, leaf in _differentiable_leaves(state):
+    for tensor, leaf, had_grad in _differentiable_leaves(state):
         if leaf.name not in reached or (wanted is not None and id(tensor) not in wanted):
             continue  # eager backward leaves .grad alone where the loss does not reach
+        if had_grad:  # the trace does not take that gradient in to accumulate into
+            raise UnsupportedError(f"graphnn.trace: backward() reaches input {leaf.name!r}, "
+                                   f"which came with a .grad (set it to None before the call)")
         name = _gradient_name(len(request.loss), leaf.name)
         gradient = trace_state.symbolic(
             state.graph.add_input(name, TensorType(tuple(tensor.shape), tensor.dtype), "grad"))
@@ -192,7 +193,13 @@ def _ancestors(value) -> set:
 
 
 def _differentiable_leaves(state):
-    """(tensor, its original graph parameter) for bound floating leaves requiring grad."""
+    """(tensor, its original graph value, whether it is an input whose call tensor came with
+    a ``.grad``) for bound floating leaves requiring grad, then for the call's tensor inputs
+    that require grad now (``requires_grad_()`` inside the traced function counts, as
+    eagerly)."""
     for tensor, value in state.originals():
         if value.kind == "param" and tensor.requires_grad and tensor.dtype.is_floating_point:
-            yield tensor, value
+            yield tensor, value, False
+    for lifted in state.lifted_inputs:
+        if lifted.tensor.requires_grad:
+            yield lifted.tensor, lifted.value, lifted.had_grad

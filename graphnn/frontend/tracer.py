@@ -168,10 +168,12 @@ def _symbolic_arguments(state: TraceState, forward, args, kwargs):
             taken.add(name)
             env = current_env()  # compiling with symbolic sizes: the input's are symbols
             shape = tuple(value.shape) if env is None else env.input_shape(value.shape)
-            t = trace_state.symbolic(state.graph.add_input(name, TensorType(shape, value.dtype)))
+            value_in = state.graph.add_input(name, TensorType(shape, value.dtype))
+            t = trace_state.symbolic(value_in)
+            t.requires_grad = value.requires_grad and value.dtype.is_floating_point
             state.state_names[id(t)] = f"input '{name}'"
-            if value.requires_grad:
-                state.inputs_requiring_grad.append(name)
+            state.lifted_inputs.append(trace_state.LiftedInput(
+                name, t, value_in, value.grad is not None, t.requires_grad))
             return t
         if isinstance(value, (tuple, list)):
             items = [lift(f"{name}_{i}", v) for i, v in enumerate(value)]

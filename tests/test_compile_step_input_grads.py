@@ -1,0 +1,135 @@
+"""Compiled training steps whose ``backward()`` reaches the call's own tensors (input
+attribution, adversarial examples): the input's ``.grad`` is set on the caller's tensor as
+eagerly, ``requires_grad_()`` inside the step included, with one compile; against an eager
+twin and PyTorch."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import graphnn
+from graphnn import nn
+from graphnn.compiler import CompileWarning
+
+
+def _batches(count, shape=(6, 5)):
+    rng = np.random.default_rng(4)
+    return [rng.standard_normal(shape).astype(np.float32) for _ in range(count)]
+
+
+def _models():
+    """A graphnn MLP and SGD with momentum, and the same in PyTorch."""
+    graphnn.manual_seed(0)
+    ours = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
+    theirs = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    with torch.no_grad():
+        for p, q in zip(ours.parameters(), theirs.parameters()):
+            q.copy_(torch.from_numpy(p.detach().numpy()))
+    return (ours, graphnn.optim.SGD(ours.parameters(), lr=0.1, momentum=0.9)), \
+        (theirs, torch.optim.SGD(theirs.parameters(), lr=0.1, momentum=0.9))
+
+
+def _step_for(lib, model, opt, inside):
+    """A training step that also differentiates its input: it asks for the input's gradient
+    itself (``requires_grad_()`` inside) when ``inside``, else the caller does."""
+    def step(x):
+        if inside:
+            x.requires_grad_()
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    return step
+
+
+@pytest.mark.parametrize("inside", [False, True], ids=["caller", "inside"])
+def test_a_step_gives_its_input_a_gradient_as_eagerly(inside):
+    (ours, opt), (theirs, topt) = _models()
+    (twin, twin_opt), _ = _models()
+    compiled = graphnn.compile(_step_for(graphnn, ours, opt, inside))
+    eager = _step_for(graphnn, twin, twin_opt, inside)
+    reference = _step_for(torch, theirs, topt, inside)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        for batch in _batches(4):
+            xs = [graphnn.tensor(batch), graphnn.tensor(batch), torch.tensor(batch)]
+            if not inside:
+                for x in xs:
+                    x.requires_grad_()
+            losses = [compiled(xs[0]), eager(xs[1]), reference(xs[2])]
+            assert xs[0].requires_grad and xs[0].grad is not None
+            np.testing.assert_allclose(xs[0].grad.numpy(), xs[1].grad.numpy(), rtol=1e-6,
+                                       atol=1e-7)
+            np.testing.assert_allclose(xs[0].grad.numpy(), xs[2].grad.numpy(), rtol=1e-5,
+                                       atol=1e-6)
+            np.testing.assert_allclose(float(losses[0]), losses[2].item(), rtol=1e-5)
+    for p, q in zip(ours.parameters(), theirs.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert compiled.compiles == 1, compiled.recompile_reasons
+
+
+def test_two_backward_calls_accumulate_into_the_input_gradient():
+    """Two losses of one input in one step: its ``.grad`` is their gradients' sum, and the
+    step may return it."""
+    model = nn.Linear(4, 2)
+
+    def step(x):
+        model(x).sum().backward()
+        (model(x) ** 2).sum().backward()
+        return x.grad * 1.0
+    compiled = graphnn.compile(step)
+    batches = _batches(3, (3, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        for batch in batches:
+            ours, twin = graphnn.tensor(batch).requires_grad_(), \
+                graphnn.tensor(batch).requires_grad_()
+            got = compiled(ours)
+            expected = step(twin)  # both add to the parameters' .grad, which x.grad never reads
+            np.testing.assert_allclose(got.numpy(), expected.detach().numpy(), rtol=1e-6)
+            np.testing.assert_allclose(ours.grad.numpy(), twin.grad.numpy(), rtol=1e-6)
+    assert compiled.compiles == 1, compiled.recompile_reasons
+
+
+def test_an_input_that_comes_with_a_gradient_runs_eagerly_and_says_why():
+    """Accumulating into a gradient the caller's tensor already holds is not compiled: the
+    call runs eagerly (the sum is right) with a CompileWarning naming the input."""
+    model = nn.Linear(4, 2)
+
+    def step(x):
+        model(x).sum().backward()
+        return x.grad
+    compiled = graphnn.compile(step)
+    x = graphnn.tensor(_batches(1, (3, 4))[0]).requires_grad_()
+    x.grad = graphnn.ones(3, 4)
+    with pytest.warns(CompileWarning, match="input 'x', which came with a .grad"):
+        got = compiled(x)
+    expected = 1.0 + model.weight.detach().numpy().sum(0)
+    np.testing.assert_allclose(got.numpy(), np.broadcast_to(expected, (3, 4)), rtol=1e-6)
+
+
+def test_on_cuda_the_input_gradient_is_a_device_tensor():
+    """The same on ``cuda`` tensors (the Triton backend): ``x.grad`` is a device tensor equal
+    to eager's."""
+    model = nn.Linear(4, 3).to("cuda")
+
+    def step(x):
+        x.requires_grad_()
+        model(x).square().sum().backward()
+        model.zero_grad()
+        return x.grad
+    compiled = graphnn.compile(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        for batch in _batches(3, (5, 4)):
+            ours, twin = graphnn.tensor(batch).to("cuda"), graphnn.tensor(batch).to("cuda")
+            got, expected = compiled(ours), step(twin)
+            assert ours.grad.device.type == "cuda"
+            np.testing.assert_allclose(ours.grad.cpu().numpy(), twin.grad.cpu().numpy(),
+                                       rtol=1e-6)
+            np.testing.assert_allclose(got.cpu().numpy(), expected.cpu().numpy(), rtol=1e-6)
+    assert compiled.compiles == 1
