@@ -1,7 +1,8 @@
 """Compiled training steps whose ``backward()`` reaches the call's own tensors (input
 attribution, adversarial examples): the input's ``.grad`` is set on the caller's tensor as
-eagerly, ``requires_grad_()`` inside the step included, with one compile; against an eager
-twin and PyTorch."""
+eagerly, ``requires_grad_()`` inside the step included, with one compile; a second loss
+computed from the first backward's gradients (FGSM) compiles too, and values computed under
+``no_grad`` stay constants of the backward. Against an eager twin and PyTorch."""
 from __future__ import annotations
 
 import warnings
@@ -132,4 +133,77 @@ def test_on_cuda_the_input_gradient_is_a_device_tensor():
             np.testing.assert_allclose(ours.grad.cpu().numpy(), twin.grad.cpu().numpy(),
                                        rtol=1e-6)
             np.testing.assert_allclose(got.cpu().numpy(), expected.cpu().numpy(), rtol=1e-6)
+    assert compiled.compiles == 1
+
+
+def _adversarial_step(lib, model, opt):
+    """FGSM adversarial training: the input's gradient makes a perturbed batch, whose loss
+    (plus half the clean one, detached) trains the model, all in one call."""
+    def step(x, y):
+        x.requires_grad_()
+        clean = (model(x) - y).square().mean()
+        clean.backward()
+        adversarial = (x + 0.1 * x.grad.sign()).detach()
+        opt.zero_grad()
+        loss = (model(adversarial) - y).square().mean() + 0.5 * clean.detach()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    return step
+
+
+def test_an_adversarial_step_compiles_once_and_matches_torch():
+    """The second loss is computed from the first backward's input gradient: each backward
+    is differentiated in turn, earlier gradients as constants (``step_autodiff``)."""
+    (ours, opt), (theirs, topt) = _models()
+    (twin, twin_opt), _ = _models()
+    compiled = graphnn.compile(_adversarial_step(graphnn, ours, opt))
+    eager = _adversarial_step(graphnn, twin, twin_opt)
+    reference = _adversarial_step(torch, theirs, topt)
+    rng = np.random.default_rng(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        for batch in _batches(4):
+            target = rng.standard_normal((6, 3)).astype(np.float32)
+            got = compiled(graphnn.tensor(batch), graphnn.tensor(target))
+            twin_loss = eager(graphnn.tensor(batch), graphnn.tensor(target))
+            expected = reference(torch.tensor(batch), torch.tensor(target))
+            np.testing.assert_allclose(float(got), float(twin_loss), rtol=1e-6)
+            np.testing.assert_allclose(float(got), expected.item(), rtol=1e-5)
+    for p, q, r in zip(ours.parameters(), twin.parameters(), theirs.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-6,
+                                   atol=1e-7)
+        np.testing.assert_allclose(p.detach().numpy(), r.detach().numpy(), rtol=1e-5,
+                                   atol=1e-6)
+    assert compiled.compiles == 1, compiled.recompile_reasons
+
+
+def test_values_computed_under_no_grad_are_constants_of_the_backward():
+    """A factor computed from the weights under ``no_grad`` scales the loss: eagerly (and in
+    PyTorch) the gradient does not flow through it, and the compiled step's does not either
+    (it used to)."""
+    def step_for(lib, model):
+        def step(x):
+            with lib.no_grad():
+                scale = model.weight.square().sum()
+            (model(x) * scale).sum().backward()
+            grad = model.weight.grad * 1.0
+            model.zero_grad()
+            return grad
+        return step
+    graphnn.manual_seed(2)
+    ours = nn.Linear(3, 2)
+    theirs = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        theirs.weight.copy_(torch.from_numpy(ours.weight.detach().numpy()))
+        theirs.bias.copy_(torch.from_numpy(ours.bias.detach().numpy()))
+    compiled = graphnn.compile(step_for(graphnn, ours))
+    x = _batches(1, (4, 3))[0]
+    for _ in range(2):
+        got = compiled(graphnn.tensor(x)).numpy()
+        np.testing.assert_allclose(got, step_for(graphnn, ours)(graphnn.tensor(x)).numpy(),
+                                   rtol=1e-6)
+        np.testing.assert_allclose(got, step_for(torch, theirs)(torch.tensor(x)).numpy(),
+                                   rtol=1e-5)
     assert compiled.compiles == 1

@@ -94,8 +94,19 @@ def _eager_out_types(op, inputs, attrs) -> tuple:
 
 
 def _trace(state, op, inputs, attrs, out_types) -> tuple:
-    """Record ``op`` into the active trace; shape ops that give views eagerly give views here."""
+    """Record ``op`` into the active trace; shape ops that give views eagerly give views here.
+    What ``no_grad`` means eagerly is kept: a result computed without grad from tensors that
+    require grad (or from such results) is, when a differentiable op reads it with grad on,
+    read through a ``detach`` (``TraceState.detached``), so a traced backward does not
+    differentiate through it; a tensor that requires grad itself (a parameter an optimizer
+    step wrote under ``no_grad``) is read as it is."""
+    grad = is_grad_enabled()
+    if grad and op.differentiable:
+        inputs = [state.detached(t) if not t.requires_grad and state.without_grad(t) else t
+                  for t in inputs]
     outs = state.record(op, inputs, attrs, out_types)
+    if not grad and any(t.requires_grad or state.without_grad(t) for t in inputs):
+        state.mark_without_grad(outs)
     if op.view:
         layout = trace_state.view_layout(op.name, inputs[0], attrs)
         if layout is not None:

@@ -135,6 +135,8 @@ class TraceState:
         self.backward_request = None  # a traced loss.backward() (see traced_backward)
         self.foreign_writes = []  # concrete tensors written in place that are not bound state
         self.lifted_inputs = []  # a LiftedInput per tensor input, in graph-input order
+        self.no_grad_values = set()  # names of values computed under no_grad from grad leaves
+        self.detaches = {}  # value name -> the Value of its detach
 
     # ---- values -----------------------------------------------------------------------------
     def symbol(self, t):
@@ -208,6 +210,25 @@ class TraceState:
         node = self.graph.add_node(op.name, [self.value(t) for t in inputs], attrs, out_types,
                                    scope=current_module_path(), source=source_location())
         return tuple(symbolic(v) for v in node.outputs)
+
+    # ---- no_grad --------------------------------------------------------------------------------
+    def without_grad(self, t) -> bool:
+        """Whether ``t``'s value was computed under ``no_grad`` from tensors requiring grad."""
+        v = self.symbol(t)
+        return v is not None and v.name in self.no_grad_values
+
+    def mark_without_grad(self, outs) -> None:
+        self.no_grad_values.update(t._symbol.name for t in outs if t._symbol is not None)
+
+    def detached(self, t):
+        """A symbolic tensor of ``t``'s value through a ``detach`` node (one per value)."""
+        value = self.symbol(t)
+        cut = self.detaches.get(value.name)
+        if cut is None:
+            node = self.graph.add_node("detach", [value], {}, [value.type],
+                                       scope=current_module_path(), source=source_location())
+            cut = self.detaches[value.name] = node.outputs[0]
+        return symbolic(cut)
 
     # ---- in-place writes -------------------------------------------------------------------------
     def counter(self, t) -> VersionCounter:

@@ -40,6 +40,7 @@ import weakref
 from dataclasses import dataclass
 
 from ..ir.errors import AutogradError, UnsupportedError
+from ..ir.registry import get_op
 from ..ir.types import TensorType
 from . import trace_state
 from .grad_mode import no_grad
@@ -125,13 +126,14 @@ def traced_backward(state, tensors, grad_tensors, inputs, create_graph) -> None:
     reached = _ancestors(value)
     request = state.backward_request or BackwardRequest()
     grads, incoming = {}, {}
-    for tensor, leaf, had_grad in _differentiable_leaves(state):
+    for tensor, original, leaf, had_grad in _differentiable_leaves(state):
         if leaf.name not in reached or (wanted is not None and id(tensor) not in wanted):
             continue  # eager backward leaves .grad alone where the loss does not reach
         if had_grad:  # the trace does not take that gradient in to accumulate into
-            raise UnsupportedError(f"graphnn.trace: backward() reaches input {leaf.name!r}, "
-                                   f"which came with a .grad (set it to None before the call)")
-        name = _gradient_name(len(request.loss), leaf.name)
+            raise UnsupportedError(f"graphnn.trace: backward() reaches input "
+                                   f"{original.name!r}, which came with a .grad (set it to "
+                                   f"None before the call)")
+        name = _gradient_name(len(request.loss), original.name)
         gradient = trace_state.symbolic(
             state.graph.add_input(name, TensorType(tuple(tensor.shape), tensor.dtype), "grad"))
         grads[name] = leaf.name
@@ -180,26 +182,30 @@ def _local_gradient(param, gradient):
 
 
 def _ancestors(value) -> set:
-    """Names of the values ``value`` is computed from (itself included)."""
+    """Names of the values ``value`` is computed from through differentiable ops and float
+    values (itself included): what eager autograd's graph of ``value`` reaches (``detach``,
+    comparisons and integer results cut it)."""
     seen, stack = set(), [value]
     while stack:
         v = stack.pop()
-        if v.name in seen:
+        if v.name in seen or not v.type.dtype.is_floating_point:
             continue
         seen.add(v.name)
-        if v.producer is not None:
+        if v.producer is not None and get_op(v.producer.op).differentiable:
             stack.extend(v.producer.inputs)
     return seen
 
 
 def _differentiable_leaves(state):
-    """(tensor, its original graph value, whether it is an input whose call tensor came with
-    a ``.grad``) for bound floating leaves requiring grad, then for the call's tensor inputs
+    """(tensor, the graph parameter or input it came as, its graph value now, whether it is
+    an input whose call tensor came with a ``.grad``) for bound floating leaves requiring grad, then for the call's tensor inputs
     that require grad now (``requires_grad_()`` inside the traced function counts, as
-    eagerly)."""
+    eagerly). A leaf is differentiated at its value now, as eager autograd differentiates a
+    tensor: a parameter an earlier ``optimizer.step()`` (or any write under ``no_grad``)
+    changed is the written value, not the value the call started with."""
     for tensor, value in state.originals():
         if value.kind == "param" and tensor.requires_grad and tensor.dtype.is_floating_point:
-            yield tensor, value, False
+            yield tensor, value, state.value(tensor), False
     for lifted in state.lifted_inputs:
         if lifted.tensor.requires_grad:
-            yield lifted.tensor, lifted.value, lifted.had_grad
+            yield lifted.tensor, lifted.value, state.value(lifted.tensor), lifted.had_grad

@@ -4,7 +4,9 @@
 ``result`` value is the value to differentiate. It returns a new graph (the input is not
 modified) with the same inputs plus one incoming-gradient input (role ``grad``, named
 ``grad_output``) when that value is not a scalar, and the same outputs plus a ``grad`` output
-for every input or parameter named in ``wrt``.
+for every value named in ``wrt``: an input, a parameter, or a node's result, taken as a leaf
+(its adjoint: what produced it is not differentiated, as eager autograd treats a tensor that
+was written in place under ``no_grad`` before the forward).
 Gradients come only from the registry's gradient rules (the same ones eager autograd runs),
 applied through a Builder that appends IR nodes; one driver sums gradients of reused values and
 undoes broadcasting (``Builder.fit``). Backward nodes carry the provenance of the forward node
@@ -41,11 +43,10 @@ def autodiff(graph: Graph, wrt) -> Graph:
         raise AutodiffError(f"autodiff: graph {graph.name} already returns gradients")
     joint = copy.deepcopy(graph)
     joint.name = f"{graph.name}_grad"
-    by_name = {v.name: v for v in joint.inputs + joint.params}
+    by_name = {v.name: v for v in joint.values() if v.kind != "const"}
     unknown = [n for n in wrt if n not in by_name]
     if unknown:
-        raise AutodiffError(f"autodiff: {unknown} are not inputs or parameters of graph "
-                            f"{graph.name} (have {sorted(by_name)})")
+        raise AutodiffError(f"autodiff: {unknown} are not values of graph {graph.name}")
     outputs = flatten_structure(joint.output("result"))
     if not outputs:
         raise AutodiffError(f"autodiff: graph {graph.name} has no result to differentiate")
