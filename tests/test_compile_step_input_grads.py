@@ -96,21 +96,28 @@ def test_two_backward_calls_accumulate_into_the_input_gradient():
     assert compiled.compiles == 1, compiled.recompile_reasons
 
 
-def test_an_input_that_comes_with_a_gradient_runs_eagerly_and_says_why():
-    """Accumulating into a gradient the caller's tensor already holds is not compiled: the
-    call runs eagerly (the sum is right) with a CompileWarning naming the input."""
+def test_an_input_that_comes_with_a_gradient_accumulates_into_it():
+    """A ``.grad`` the caller's tensor already holds is state of the call: the compiled step
+    adds to it in place, as eager autograd does."""
     model = nn.Linear(4, 2)
 
     def step(x):
         model(x).sum().backward()
-        return x.grad
+        model.zero_grad()
+        return x.grad * 1.0
     compiled = graphnn.compile(step)
     x = graphnn.tensor(_batches(1, (3, 4))[0]).requires_grad_()
-    x.grad = graphnn.ones(3, 4)
-    with pytest.warns(CompileWarning, match="input 'x', which came with a .grad"):
-        got = compiled(x)
-    expected = 1.0 + model.weight.detach().numpy().sum(0)
-    np.testing.assert_allclose(got.numpy(), np.broadcast_to(expected, (3, 4)), rtol=1e-6)
+    held = x.grad = graphnn.ones(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        for calls in range(1, 4):
+            got = compiled(x)
+            expected = 1.0 + calls * model.weight.detach().numpy().sum(0)
+            np.testing.assert_allclose(got.numpy(), np.broadcast_to(expected, (3, 4)),
+                                       rtol=1e-6)
+            assert x.grad is held
+            np.testing.assert_allclose(x.grad.numpy(), got.numpy())
+    assert compiled.compiles == 1
 
 
 def test_on_cuda_the_input_gradient_is_a_device_tensor():
@@ -207,3 +214,148 @@ def test_values_computed_under_no_grad_are_constants_of_the_backward():
         np.testing.assert_allclose(got, step_for(torch, theirs)(torch.tensor(x)).numpy(),
                                    rtol=1e-5)
     assert compiled.compiles == 1
+
+
+# ---- eager autograd's rules that a traced step keeps (each found by a review of the above) ----
+
+def _linear_pair():
+    """(graphnn Linear(4, 2), its eager twin, the same in PyTorch), equal weights."""
+    graphnn.manual_seed(0)
+    ours = nn.Linear(4, 2)
+    graphnn.manual_seed(0)
+    twin = nn.Linear(4, 2)
+    theirs = torch.nn.Linear(4, 2)
+    with torch.no_grad():
+        theirs.weight.copy_(torch.from_numpy(ours.weight.detach().numpy()))
+        theirs.bias.copy_(torch.from_numpy(ours.bias.detach().numpy()))
+    return ours, twin, theirs
+
+
+def _view_of_a_no_grad_value(lib, model, opt):
+    def step(x):
+        with lib.no_grad():
+            scaled = model.weight * 2.0
+        row = scaled[0]  # a view taken with grad on
+        scaled.add_(1.0)  # seen through the view
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        return row * 1.0
+    return step
+
+
+def _loss_before_a_no_grad_write(lib, model, opt):
+    def step(x):
+        loss = (model.weight * 3.0).sum() + (model.bias * x.sum()).sum()
+        with lib.no_grad():
+            model.weight.mul_(0.5)  # the backward still differentiates the tensor's use
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.detach()
+    return step
+
+
+def _alias_after_a_no_grad_write(lib, model, opt):
+    def step(x):
+        with lib.no_grad():
+            model.weight.mul_(0.9)
+        weight = model.weight.view(model.weight.shape)  # an identity view of the leaf
+        loss = (x @ weight.t()).square().sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.detach()
+    return step
+
+
+def _no_grad_factor_of_an_activation(lib, model, opt):
+    def step(x):
+        out = model(x)
+        with lib.no_grad():
+            factor = out.square()
+        loss = (factor * out).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.detach()
+    return step
+
+
+def _same_tensor_twice(lib, model, opt):
+    def step(x, also_x):
+        loss = model(x).sum() + model(also_x).square().sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return x.grad * 1.0
+    return step
+
+
+@pytest.mark.parametrize("program", [_view_of_a_no_grad_value, _loss_before_a_no_grad_write,
+                                     _alias_after_a_no_grad_write,
+                                     _no_grad_factor_of_an_activation, _same_tensor_twice],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_steps_keep_eager_autograds_rules(program):
+    """Views of values computed under ``no_grad``, writes under ``no_grad`` between a loss and
+    its backward or before an identity view of the parameter, ``no_grad`` factors of
+    activations, and one tensor passed as two arguments (its gradient the sum of both paths):
+    the compiled step's results and parameters equal eager's and PyTorch's, in one compile."""
+    ours, twin, theirs = _linear_pair()
+    steps = [program(graphnn, ours, graphnn.optim.SGD(ours.parameters(), lr=0.1)),
+             program(graphnn, twin, graphnn.optim.SGD(twin.parameters(), lr=0.1)),
+             program(torch, theirs, torch.optim.SGD(theirs.parameters(), lr=0.1))]
+    steps[0] = graphnn.compile(steps[0])
+    twice = program is _same_tensor_twice
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        for batch in _batches(3, (3, 4)):
+            results = []
+            for lib, step in zip((graphnn, graphnn, torch), steps):
+                x = lib.tensor(batch).requires_grad_()
+                results.append(step(x, x) if twice else step(x))
+            got, eager, reference = (np.asarray(r.detach().numpy()) for r in results)
+            np.testing.assert_allclose(got, eager, rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(got, reference, rtol=1e-5, atol=1e-6)
+    for p, q, r in zip(ours.parameters(), twin.parameters(), theirs.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(p.detach().numpy(), r.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert steps[0].compiles == 1, steps[0].recompile_reasons
+
+
+def test_an_input_reused_across_calls_accumulates_its_gradient():
+    """The same tensor passed to every call keeps its ``.grad`` between them: each compiled
+    call adds to it as eagerly (the gradient it brings is state of the call)."""
+    ours, twin, _ = _linear_pair()
+
+    def step_for(model):
+        def step(x):
+            model(x).square().sum().backward()
+            model.zero_grad()
+        return step
+    compiled = graphnn.compile(step_for(ours))
+    batch = _batches(1, (3, 4))[0]
+    x, y = graphnn.tensor(batch).requires_grad_(), graphnn.tensor(batch).requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        for _ in range(4):
+            compiled(x)
+            step_for(twin)(y)
+            np.testing.assert_allclose(x.grad.numpy(), y.grad.numpy(), rtol=1e-6)
+    assert compiled.compiles == 2  # without a .grad, then with one
+
+
+def test_a_non_leaf_input_runs_eagerly_and_says_why():
+    """An input with autograd history (a view, a product): the backward belongs to the
+    caller's graph, which the step cannot differentiate; eager results, with a warning."""
+    model = nn.Linear(4, 2)
+
+    def step(x):
+        model(x).sum().backward()
+        model.zero_grad()
+    compiled = graphnn.compile(step)
+    base = graphnn.tensor(_batches(1, (3, 4))[0]).requires_grad_()
+    with pytest.warns(CompileWarning, match="not a leaf"):
+        compiled(base * 2.0)
+    expected = 2.0 * model.weight.detach().numpy().sum(0)
+    np.testing.assert_allclose(base.grad.numpy(), np.broadcast_to(expected, (3, 4)), rtol=1e-6)

@@ -62,6 +62,7 @@ from ..frontend.grad_mode import is_grad_enabled
 from ..frontend.matmul_precision import get_float32_matmul_precision
 from ..frontend.random import get_rng_state, set_rng_state
 from ..frontend.tensor import Tensor
+from ..frontend.tracer import input_grad_name
 from ..codegen.triton.gemm import with_float32_matmul_precision
 from ..ir.graph import flatten_structure
 from ..ir.registry import get_op
@@ -270,8 +271,16 @@ class CompiledFunction:
         return backend, launcher_for(backend, Tensor._wrap), wrap_device
 
     def _signature_of(self, call, tensors, static):
-        """(the call's ``Signature``, its state tensors by name)."""
+        """(the call's ``Signature``, its state tensors by name: the call's tensor arguments'
+        own ``.grad``, where one requiring grad brings one, among them: a traced backward
+        accumulates into it)."""
         state = {name: t for name, t, _ in call.bindings}
+        if self._step_state.gradients:
+            seen = set()
+            for position, t in enumerate(tensors):
+                if id(t) not in seen and t.requires_grad and t.grad is not None:
+                    state[input_grad_name(position)] = t.grad
+                seen.add(id(t))
         training = bool(getattr(self._module, "training", False))
         inputs = tuple(spec_of(t) for t in tensors)
         on_device = any(spec.device != "cpu" for spec in inputs)
@@ -369,8 +378,10 @@ class CompiledFunction:
         finally:
             set_rng_state(rng)
 
-    def _warn_compile_failed(self, error, depth=5):
-        """Warn that compiling failed, pointing at the caller ``depth`` frames up."""
+    def _warn_compile_failed(self, error, depth=4):
+        """Warn that compiling failed, pointing at the user's call: ``depth`` frames up (4
+        from ``_new_entry``, under ``__call__``; 6 from ``_compile_steady``, under
+        ``_warm_up``)."""
         warnings.warn(CompileWarning(f"graphnn: compiling {self.name} failed "
                                      f"({type(error).__name__}: {error}); running eagerly"),
                       stacklevel=depth)

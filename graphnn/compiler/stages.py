@@ -37,7 +37,7 @@ from ..ir.graph import Graph, flatten_structure, map_structure
 from ..ir.graph_emitter import GraphEmitter
 from ..ir.schedule import Schedule
 from ..ir.verifier import verify, verify_in_debug_mode
-from ..passes.autodiff import autodiff
+from ..passes.autodiff import autodiff, without_detach
 from ..passes.conv_columns import conv_columns
 from ..passes.decompose import decompose
 from ..passes.memory_plan import MemoryPlan, plan_memory
@@ -126,7 +126,7 @@ def build(graph: Graph, kind: str, backend=None, passes=None, disable=None, *, w
         return run_pipeline(g, passes, skip, keep_text=keep_text)
 
     if kind == "inference":
-        first = pipeline(graph, early)
+        first = pipeline(without_detach(graph), early)
         stage = finish(first.graph, "inference")
         return Built(kind, {"inference": stage},
                      PipelineResult(stage.graph, first.records + stage.records))
@@ -135,14 +135,14 @@ def build(graph: Graph, kind: str, backend=None, passes=None, disable=None, *, w
             return run_pipeline(g, passes, disable).graph
         if backward is not None:
             graph = differentiate_step(graph, backward.loss, backward.grads, optimize)
-        whole = pipeline(graph, early)
+        whole = pipeline(without_detach(graph), early)
         stage = finish(whole.graph, "step")
         return Built(kind, {"step": stage},
                      PipelineResult(stage.graph, whole.records + stage.records))
     forward = pipeline(graph, disable)
     wrt = list(differentiable_names(forward.graph) if wrt is None else wrt)
     joint_graph, targets = _joint(forward.graph, wrt, targets)
-    joint = pipeline(joint_graph, early)
+    joint = pipeline(without_detach(joint_graph), early)
     fwd, bwd, report = partition(joint.graph)
     return Built(kind, {"forward": finish(fwd, "forward"), "backward": finish(bwd, "backward")},
                  forward, joint, report, targets, wrt)

@@ -59,9 +59,12 @@ def trace_function(fn, args, kwargs, step_state, name=None):
         changes.cleared += [s for s in before_slots if s.name not in names and before[s.name]
                             is not None]
         for position, lifted in enumerate(state.lifted_inputs):
-            if lifted.tensor.grad is not None:
+            if not lifted.first:
+                continue
+            grad = lifted.tensor.grad
+            if grad is not None and grad is not lifted.grad:  # else written in place
                 name = f"input:{lifted.name}.grad"
-                rebound[name] = state.value(lifted.tensor.grad)
+                rebound[name] = state.value(grad)
                 changes.input_grads[name] = position
             if lifted.tensor.requires_grad != lifted.required_grad:
                 changes.requires_grad[position] = lifted.tensor.requires_grad

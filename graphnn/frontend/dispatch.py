@@ -95,18 +95,17 @@ def _eager_out_types(op, inputs, attrs) -> tuple:
 
 def _trace(state, op, inputs, attrs, out_types) -> tuple:
     """Record ``op`` into the active trace; shape ops that give views eagerly give views here.
-    What ``no_grad`` means eagerly is kept: a result computed without grad from tensors that
-    require grad (or from such results) is, when a differentiable op reads it with grad on,
-    read through a ``detach`` (``TraceState.detached``), so a traced backward does not
-    differentiate through it; a tensor that requires grad itself (a parameter an optimizer
-    step wrote under ``no_grad``) is read as it is."""
-    grad = is_grad_enabled()
-    if grad and op.differentiable:
-        inputs = [state.detached(t) if not t.requires_grad and state.without_grad(t) else t
-                  for t in inputs]
+    What grad mode means eagerly is kept (``TraceState.requires_grad``): with grad on, a
+    differentiable op's results require grad when an input does; with grad off, such an op's
+    results (other than views) are recorded through ``detach``, so no traced backward
+    differentiates through them (a value computed under ``no_grad``, a parameter an optimizer
+    step wrote: a new leaf value)."""
     outs = state.record(op, inputs, attrs, out_types)
-    if not grad and any(t.requires_grad or state.without_grad(t) for t in inputs):
-        state.mark_without_grad(outs)
+    if op.differentiable and any(state.requires_grad(t) for t in inputs):
+        if is_grad_enabled():
+            state.mark_requires_grad(outs)
+        elif not op.view:
+            outs = tuple(state.detached(t) for t in outs)
     if op.view:
         layout = trace_state.view_layout(op.name, inputs[0], attrs)
         if layout is not None:

@@ -111,13 +111,16 @@ def symbolic(value):
 @dataclass
 class LiftedInput:
     """A tensor argument of the traced call: its graph input's name and Value, the symbolic
-    tensor standing for it, and what the call's tensor had: a ``.grad``, ``requires_grad``."""
+    tensor standing for it (the first one's, for a tensor passed twice: ``first`` False), and
+    what the call's tensor had: ``requires_grad``, whether it is a leaf, its ``.grad``."""
 
     name: str
-    tensor: object
     value: object
-    had_grad: bool
+    tensor: object
+    first: bool
     required_grad: bool
+    leaf: bool
+    grad: object
 
 
 class TraceState:
@@ -132,11 +135,11 @@ class TraceState:
         self.state_names = {}  # id(tensor) -> "input 'x'" / "buffer 'bn.running_mean'"
         self.writes = []  # descriptions of inputs, parameters and buffers written in place
         self.initial = {}  # id(tensor) -> (tensor, Value): state bound before the trace ran
+        self.held = {}  # id(bound tensor) -> every Value it has held, in order
         self.backward_request = None  # a traced loss.backward() (see traced_backward)
         self.foreign_writes = []  # concrete tensors written in place that are not bound state
         self.lifted_inputs = []  # a LiftedInput per tensor input, in graph-input order
-        self.no_grad_values = set()  # names of values computed under no_grad from grad leaves
-        self.detaches = {}  # value name -> the Value of its detach
+        self.grad_values = set()  # names of values computed with grad on from grad leaves
 
     # ---- values -----------------------------------------------------------------------------
     def symbol(self, t):
@@ -173,6 +176,7 @@ class TraceState:
             t._symbol = value
         else:
             self.bound[id(t)] = (t, value)
+            self.held.setdefault(id(t), []).append(value)
         if description is not None:
             self.state_names[id(t)] = description
 
@@ -211,24 +215,26 @@ class TraceState:
                                    scope=current_module_path(), source=source_location())
         return tuple(symbolic(v) for v in node.outputs)
 
-    # ---- no_grad --------------------------------------------------------------------------------
-    def without_grad(self, t) -> bool:
-        """Whether ``t``'s value was computed under ``no_grad`` from tensors requiring grad."""
+    # ---- grad mode ---------------------------------------------------------------------------
+    def requires_grad(self, t) -> bool:
+        """Whether ``t`` requires grad as its eager twin would: a leaf that does (a parameter,
+        an input), or a value computed with grad on from such tensors (``mark_requires_grad``;
+        kept by value, so an identity view of it counts too)."""
+        if t.requires_grad:
+            return True
         v = self.symbol(t)
-        return v is not None and v.name in self.no_grad_values
+        return v is not None and v.name in self.grad_values
 
-    def mark_without_grad(self, outs) -> None:
-        self.no_grad_values.update(t._symbol.name for t in outs if t._symbol is not None)
+    def mark_requires_grad(self, outs) -> None:
+        self.grad_values.update(t._symbol.name for t in outs
+                                if t._symbol is not None and t.dtype.is_floating_point)
 
     def detached(self, t):
-        """A symbolic tensor of ``t``'s value through a ``detach`` node (one per value)."""
+        """A symbolic tensor holding ``t``'s value through a new ``detach`` node."""
         value = self.symbol(t)
-        cut = self.detaches.get(value.name)
-        if cut is None:
-            node = self.graph.add_node("detach", [value], {}, [value.type],
-                                       scope=current_module_path(), source=source_location())
-            cut = self.detaches[value.name] = node.outputs[0]
-        return symbolic(cut)
+        node = self.graph.add_node("detach", [value], {}, [value.type],
+                                   scope=current_module_path(), source=source_location())
+        return symbolic(node.outputs[0])
 
     # ---- in-place writes -------------------------------------------------------------------------
     def counter(self, t) -> VersionCounter:

@@ -2,13 +2,15 @@
 
 Eager autograd cannot run on symbolic tensors (a trace records no tape), and differentiating
 the forward at this point would differentiate it before the passes fuse it. So a traced
-``backward`` only records *what* is asked: for every bound leaf tensor that requires grad
-(a parameter), a new graph input of role ``grad`` (``grad %"grad:NAME"``) stands for
-d(loss)/d(leaf), and ``.grad`` is set from it as eager autograd would (a new tensor when
-``.grad`` is None, an in-place
-accumulation into the existing one otherwise). The rest of the trace (an optimizer step) uses
-those tensors like any other. The request is kept on the trace state; a compiler replaces the
-inputs by the autodiff pass's gradients of the loss (``passes.step_autodiff``).
+``backward`` only records *what* is asked: for every leaf tensor that requires grad (a bound
+parameter, or a tensor argument of the call) and that the loss reaches, a new graph input of
+role ``grad`` (``grad %"grad:NAME"``) stands for d(loss)/d(leaf), and ``.grad`` is set from it
+as eager autograd would (a new tensor when ``.grad`` is None, an in-place accumulation into the
+existing one otherwise). The leaf is the tensor: the request names every value it held that the
+loss reaches (a parameter written under ``no_grad`` holds several), whose gradients are
+summed. The rest of the trace (an optimizer step) uses those tensors like any other. The
+request is kept on the trace state; a compiler replaces the inputs by the autodiff pass's
+gradients of the loss (``passes.step_autodiff``).
 
 Several ``backward`` calls (gradient accumulation over micro-batches) each add their own
 inputs: ``grad %"grad:NAME"`` for the first call, ``grad %"grad2:NAME"`` for the second, and so
@@ -19,7 +21,7 @@ losses, so every gradient and every accumulation rounds as eagerly.
 Supported: ``backward`` of scalars, without ``create_graph``; leaves are the trace's bound
 tensors (parameters of the traced modules) and its tensor inputs that require grad (an
 adversarial step, input attribution), whose ``.grad`` the compiled call sets on the caller's
-tensors, unless such an input came with a ``.grad`` already. Anything else raises
+tensors; an input with autograd history (not a leaf) is not. Anything else raises
 ``UnsupportedError`` naming what was asked.
 
 Data-parallel modules (``graphnn.nn.parallel.DistributedDataParallel``) average gradients with
@@ -88,7 +90,8 @@ def check_reduced(state) -> None:
 @dataclass
 class BackwardRequest:
     """The trace's ``backward()`` calls in call order: ``loss[k]`` is the k-th call's loss (a
-    graph value name) and ``grads[k]`` its ``{gradient input name: leaf value name}``."""
+    graph value name) and ``grads[k]`` its ``{gradient input name: the names of the values of
+    that leaf tensor the loss reaches}`` (the gradient is the sum of theirs)."""
 
     loss: tuple = ()
     grads: tuple = ()
@@ -126,17 +129,19 @@ def traced_backward(state, tensors, grad_tensors, inputs, create_graph) -> None:
     reached = _ancestors(value)
     request = state.backward_request or BackwardRequest()
     grads, incoming = {}, {}
-    for tensor, original, leaf, had_grad in _differentiable_leaves(state):
-        if leaf.name not in reached or (wanted is not None and id(tensor) not in wanted):
+    for tensor, original, held, lifted in _differentiable_leaves(state):
+        leaves = tuple(v.name for v in held if v.name in reached)
+        if not leaves or (wanted is not None and id(tensor) not in wanted):
             continue  # eager backward leaves .grad alone where the loss does not reach
-        if had_grad:  # the trace does not take that gradient in to accumulate into
+        if lifted is not None and not lifted.leaf:
             raise UnsupportedError(f"graphnn.trace: backward() reaches input "
-                                   f"{original.name!r}, which came with a .grad (set it to "
-                                   f"None before the call)")
+                                   f"{original.name!r}, which is not a leaf (it has a "
+                                   f"grad_fn): a compiled step cannot differentiate the "
+                                   f"caller's graph")
         name = _gradient_name(len(request.loss), original.name)
         gradient = trace_state.symbolic(
             state.graph.add_input(name, TensorType(tuple(tensor.shape), tensor.dtype), "grad"))
-        grads[name] = leaf.name
+        grads[name] = leaves
         incoming[id(tensor)] = (tensor, gradient)
     reduced = _reduce_armed(state, incoming)
     for tensor, gradient in incoming.values():
@@ -197,15 +202,15 @@ def _ancestors(value) -> set:
 
 
 def _differentiable_leaves(state):
-    """(tensor, the graph parameter or input it came as, its graph value now, whether it is
-    an input whose call tensor came with a ``.grad``) for bound floating leaves requiring grad, then for the call's tensor inputs
-    that require grad now (``requires_grad_()`` inside the traced function counts, as
-    eagerly). A leaf is differentiated at its value now, as eager autograd differentiates a
-    tensor: a parameter an earlier ``optimizer.step()`` (or any write under ``no_grad``)
-    changed is the written value, not the value the call started with."""
+    """(tensor, the graph parameter or input it came as, every value it has held, the
+    ``LiftedInput`` of an input else None) for bound floating leaves requiring grad, then for
+    the call's tensor inputs that require grad now (``requires_grad_()`` inside the traced
+    function counts, as eagerly). A leaf is the tensor, as in eager autograd: each value it
+    held (a parameter an optimizer step or another ``no_grad`` write changed) is
+    differentiated on its own and the gradients summed."""
     for tensor, value in state.originals():
         if value.kind == "param" and tensor.requires_grad and tensor.dtype.is_floating_point:
-            yield tensor, value, state.value(tensor), False
+            yield tensor, value, state.held[id(tensor)], None
     for lifted in state.lifted_inputs:
-        if lifted.tensor.requires_grad:
-            yield lifted.tensor, lifted.value, state.value(lifted.tensor), lifted.had_grad
+        if lifted.first and lifted.tensor.requires_grad:
+            yield lifted.tensor, lifted.value, [state.value(lifted.tensor)], lifted

@@ -159,6 +159,7 @@ def _bind_module_state(state: TraceState, module) -> None:
 def _symbolic_arguments(state: TraceState, forward, args, kwargs):
     """The call's arguments with every tensor replaced by a symbolic graph input."""
     taken = {v.name for v in state.graph.params}
+    lifted = {}  # id(tensor) -> its symbolic tensor: a tensor passed twice is one leaf
 
     def lift(name, value):
         if isinstance(value, Tensor):
@@ -169,11 +170,15 @@ def _symbolic_arguments(state: TraceState, forward, args, kwargs):
             env = current_env()  # compiling with symbolic sizes: the input's are symbols
             shape = tuple(value.shape) if env is None else env.input_shape(value.shape)
             value_in = state.graph.add_input(name, TensorType(shape, value.dtype))
-            t = trace_state.symbolic(value_in)
-            t.requires_grad = value.requires_grad and value.dtype.is_floating_point
-            state.state_names[id(t)] = f"input '{name}'"
+            first = id(value) not in lifted
+            t = lifted.setdefault(id(value), trace_state.symbolic(value_in))
+            if first:
+                t.requires_grad = value.requires_grad and value.dtype.is_floating_point
+                state.state_names[id(t)] = f"input '{name}'"
+                if t.requires_grad and value.grad is not None:
+                    _bind_input_grad(state, len(state.lifted_inputs), name, value.grad, t)
             state.lifted_inputs.append(trace_state.LiftedInput(
-                name, t, value_in, value.grad is not None, t.requires_grad))
+                name, value_in, t, first, t.requires_grad, value.is_leaf, value.grad))
             return t
         if isinstance(value, (tuple, list)):
             items = [lift(f"{name}_{i}", v) for i, v in enumerate(value)]
@@ -201,6 +206,22 @@ def _symbolic_arguments(state: TraceState, forward, args, kwargs):
         else:
             bound.arguments[name] = lift(name, value)
     return bound.args, bound.kwargs
+
+
+def input_grad_name(position: int) -> str:
+    """The state name of the ``.grad`` a call's tensor argument at ``position`` (among the
+    call's tensors) brings."""
+    return f"input{position}.grad"
+
+
+def _bind_input_grad(state: TraceState, position: int, name: str, grad, t) -> None:
+    """Bind the ``.grad`` a tensor argument came with as state (a traced backward reaching it
+    accumulates into it in place, written back like a parameter's gradient), and give it to
+    the argument's symbolic tensor ``t``."""
+    value = state.graph.add_param(input_grad_name(position),
+                                  TensorType(tuple(grad.shape), grad.dtype), "buffer")
+    state.bind_state(grad, value, f"gradient of input '{name}'")
+    t.grad = grad
 
 
 def _output_structure(state: TraceState, result, where: str):

@@ -23,6 +23,7 @@ from ..ir.errors import GraphnnError
 from ..ir.graph import Graph, flatten_structure
 from ..ir.graph_emitter import GraphEmitter
 from ..ir.registry import get_op
+from ..ir.rewrite import Rewriter
 
 
 class AutodiffError(GraphnnError, ValueError):
@@ -94,3 +95,18 @@ def autodiff(graph: Graph, wrt) -> Graph:
         result[name] = grad if grad is not None else builder.zeros(v.type.shape, v.type.dtype)
     joint.set_output("grad", result)
     return joint
+
+
+def without_detach(graph: Graph) -> Graph:
+    """``graph`` with every ``detach`` node removed, its readers reading its input: once
+    autodiff has run (or where none will), a detach only marks what a backward does not
+    differentiate, and the same values need no node. ``graph`` is not modified."""
+    if not any(node.op == "detach" for node in graph.nodes):
+        return graph
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        if node.op == "detach":
+            rw.bind(node.outputs[0], rw.value(node.inputs[0]))
+        else:
+            rw.copy(node)
+    return rw.finish()

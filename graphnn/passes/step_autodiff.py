@@ -5,8 +5,9 @@ A traced step (``graphnn.compile(train_step)``) has incoming-gradient inputs (ro
 of the step reads. ``differentiate_step(graph, losses, grads, optimize)`` assumes a verified
 graph, the value names of the losses of its ``backward()`` calls in call order (several when a
 step accumulates gradients over micro-batches) and, per call, ``{gradient input name: leaf
-value name}`` (a parameter, an input, or the value a parameter held when the call came: one an
-earlier optimizer step wrote), together naming every one of those inputs once; it returns a new
+values}`` (the values the leaf tensor, a parameter or an input, held that the loss reaches: a
+parameter an earlier optimizer step wrote holds two), together naming every one of those
+inputs once; it returns a new
 graph without them, with the same outputs, equal in meaning. It works in phases: a phase is the
 longest run of calls whose losses read none of the gradient inputs still to fill, and computes
 
@@ -61,11 +62,10 @@ def _differentiate_each(forward: Graph, grads) -> tuple:
     first result value, so the loss to differentiate next goes first and the gradients found
     so far ride along in the result."""
     losses, crossed, leaves = forward.output("result")
-    names = list(dict.fromkeys(leaf for call in grads for leaf in call.values()))
-    now = dict(zip(names, (v.name for v in leaves)))
+    now = dict(zip(_leaf_names(grads), (v.name for v in leaves)))
     joint, found = forward, {}
     for k, call in enumerate(grads):
-        wanted = list(dict.fromkeys(now[leaf] for leaf in call.values()))
+        wanted = list(dict.fromkeys(now[leaf] for held in call.values() for leaf in held))
         if not wanted:
             continue
         joint.set_output("result", (losses[k], losses, crossed, tuple(found.values())))
@@ -73,12 +73,26 @@ def _differentiate_each(forward: Graph, grads) -> tuple:
         _, losses, crossed, earlier = joint.output("result")
         gradients = joint.output("grad")
         found = dict(zip(found, earlier))
-        found.update({name: gradients[now[leaf]] for name, leaf in call.items()})
+        builder = Builder(GraphEmitter(joint))
+        for name, held in call.items():
+            total = gradients[now[held[0]]]
+            for leaf in held[1:]:  # the values one tensor held: their gradients summed
+                total = builder.add(total, gradients[now[leaf]])
+            found[name] = total
         joint.set_output("grad", None)
     return joint, crossed, found
 
 
+def _leaf_names(grads) -> list:
+    """Every leaf value name of the calls ``grads``, once, in order."""
+    return list(dict.fromkeys(leaf for call in grads for held in call.values()
+                              for leaf in held))
+
+
 def differentiate_step(graph: Graph, losses, grads, optimize) -> Graph:
+    """The step ``graph`` with its gradient inputs computed (see the module docstring):
+    ``losses`` the loss value names in call order, ``grads`` per call {gradient input name:
+    the names of the values its leaf tensor held that the loss reaches}."""
     by_name = {v.name: v for v in graph.values()}
     unknown = [loss for loss in losses if loss not in by_name]
     if unknown or len(losses) != len(grads) or not losses:
@@ -93,18 +107,16 @@ def differentiate_step(graph: Graph, losses, grads, optimize) -> Graph:
     while done < len(losses):
         pending = {name for call in grads[done:] for name in call}
         tainted = {v.name for n in _after_gradients(graph, pending) for v in n.outputs}
-        end = done
+        end = done + 1  # a loss comes before its own gradient inputs and later calls' ones
         while end < len(losses) and losses[end] not in tainted:
             end += 1
-        if end == done:
-            raise StepAutodiffError(f"step graph {graph.name}: the loss %{losses[done]} "
-                                    f"depends on its own gradients")
-        keep = set(losses[end:]) | {leaf for call in grads[end:] for leaf in call.values()}
+        keep = set(losses[end:]) | set(_leaf_names(grads[end:]))
         graph, moved = _differentiate_phase(graph, losses[done:end], grads[done:end], pending,
                                             keep, optimize)
         losses = losses[:end] + tuple(moved.get(loss, loss) for loss in losses[end:])
-        grads = grads[:end] + tuple({name: moved.get(leaf, leaf) for name, leaf in call.items()}
-                                    for call in grads[end:])
+        grads = grads[:end] + tuple(
+            {name: tuple(moved.get(leaf, leaf) for leaf in held) for name, held in call.items()}
+            for call in grads[end:])
         done = end
     return graph
 
@@ -131,7 +143,7 @@ def _differentiate_phase(graph: Graph, losses, grads, pending: set, keep: set,
             [by_name[name] for name in sorted(keep)]:
         if v.name not in later_values and v.kind == "node" and v.name not in crossing:
             crossing.append(v.name)
-    leaves = list(dict.fromkeys(leaf for call in grads for leaf in call.values()))
+    leaves = _leaf_names(grads)
 
     forward = copy.deepcopy(graph)
     forward.inputs = [v for v in forward.inputs if v.kind != "grad"]
