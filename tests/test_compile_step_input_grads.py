@@ -14,6 +14,7 @@ import torch
 import graphnn
 from graphnn import nn
 from graphnn.compiler import CompileWarning
+from graphnn.ir.errors import AutogradError
 
 
 def _batches(count, shape=(6, 5)):
@@ -282,6 +283,30 @@ def _no_grad_factor_of_an_activation(lib, model, opt):
     return step
 
 
+def _view_of_a_parameter_under_no_grad(lib, model, opt):
+    def step(x):
+        with lib.no_grad():
+            transposed = model.weight.t()  # requires no grad, as eagerly
+        loss = (x @ transposed).sum() + model(x).square().sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.detach()
+    return step
+
+
+def _write_through_a_transposed_view(lib, model, opt):
+    def step(x):
+        with lib.no_grad():
+            model.weight.t()[1].mul_(0.5)  # the parameter stays a leaf
+        loss = model(x).square().sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.detach()
+    return step
+
+
 def _same_tensor_twice(lib, model, opt):
     def step(x, also_x):
         loss = model(x).sum() + model(also_x).square().sum()
@@ -294,7 +319,9 @@ def _same_tensor_twice(lib, model, opt):
 
 @pytest.mark.parametrize("program", [_view_of_a_no_grad_value, _loss_before_a_no_grad_write,
                                      _alias_after_a_no_grad_write,
-                                     _no_grad_factor_of_an_activation, _same_tensor_twice],
+                                     _no_grad_factor_of_an_activation,
+                                     _view_of_a_parameter_under_no_grad,
+                                     _write_through_a_transposed_view, _same_tensor_twice],
                          ids=lambda f: f.__name__.strip("_"))
 def test_steps_keep_eager_autograds_rules(program):
     """Views of values computed under ``no_grad``, writes under ``no_grad`` between a loss and
@@ -359,3 +386,91 @@ def test_a_non_leaf_input_runs_eagerly_and_says_why():
         compiled(base * 2.0)
     expected = 2.0 * model.weight.detach().numpy().sum(0)
     np.testing.assert_allclose(base.grad.numpy(), np.broadcast_to(expected, (3, 4)), rtol=1e-6)
+
+
+def _accumulate_with(model, clear=False, toggle=False):
+    """A step adding the input's gradient to the ``.grad`` it brings, and returning it; with
+    ``clear`` the step then sets ``x.grad`` to None, with ``toggle`` it turns the input's
+    ``requires_grad`` on and off around its backward."""
+    def step(x):
+        if toggle:
+            x.requires_grad_()
+        model(x).square().sum().backward()
+        model.zero_grad()
+        grad = x.grad * 1.0
+        if clear:
+            x.grad = None
+        if toggle:
+            x.requires_grad_(False)
+        return grad
+    return step
+
+
+@pytest.mark.parametrize("clear, toggle", [(True, False), (False, True)],
+                         ids=["clear", "toggle"])
+def test_an_input_gradient_cleared_or_made_inside_the_step(clear, toggle):
+    """An input bringing a ``.grad``: the step clears it (it is None after each call), or
+    turns ``requires_grad`` on only inside (the gradient accumulates into the one it brings):
+    as eagerly, in one compile."""
+    ours, twin, _ = _linear_pair()
+    compiled = graphnn.compile(_accumulate_with(ours, clear, toggle))
+    batch = _batches(1, (3, 4))[0]
+    x, y = graphnn.tensor(batch), graphnn.tensor(batch)
+    for t in (x, y):
+        t.requires_grad_(not toggle)
+        t.grad = graphnn.ones(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        for _ in range(3):
+            got, expected = compiled(x), _accumulate_with(twin, clear, toggle)(y)
+            np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-6)
+            assert (x.grad is None) == (y.grad is None) == clear
+            if not clear:
+                np.testing.assert_allclose(x.grad.numpy(), y.grad.numpy(), rtol=1e-6)
+            if clear:  # the next call brings one again
+                x.grad, y.grad = graphnn.ones(3, 4), graphnn.ones(3, 4)
+    assert compiled.compiles == 1, compiled.recompile_reasons
+
+
+def test_a_dynamic_step_whose_input_brings_a_gradient_compiles_once():
+    """With ``dynamic=True`` the ``.grad`` an input brings has the input's symbolic sizes."""
+    ours, twin, _ = _linear_pair()
+    compiled = graphnn.compile(_accumulate_with(ours), dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        for rows in (3, 5, 6, 9):
+            batch = _batches(1, (rows, 4))[0]
+            x, y = (graphnn.tensor(batch).requires_grad_() for _ in range(2))
+            x.grad, y.grad = graphnn.ones(rows, 4), graphnn.ones(rows, 4)
+            got, expected = compiled(x), _accumulate_with(twin)(y)
+            np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-6)
+            np.testing.assert_allclose(x.grad.numpy(), y.grad.numpy(), rtol=1e-6)
+    assert compiled.compiles == 1, compiled.recompile_reasons
+
+
+def test_a_compiled_module_whose_input_brings_a_gradient():
+    """``model.compile()``'s forward (the training tape, not a whole step) with an input
+    that already holds a ``.grad``: the backward adds to it, as eagerly."""
+    ours, twin, _ = _linear_pair()
+    ours.compile()
+    batch = _batches(1, (3, 4))[0]
+    x, y = graphnn.tensor(batch).requires_grad_(), graphnn.tensor(batch).requires_grad_()
+    x.grad, y.grad = graphnn.ones(3, 4), graphnn.ones(3, 4)
+    for _ in range(2):
+        ours(x).sum().backward()
+        twin(y).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), y.grad.numpy(), rtol=1e-6)
+
+
+def test_backward_of_a_loss_computed_under_no_grad_raises_as_eagerly():
+    model = nn.Linear(4, 2)
+
+    def step(x):
+        with graphnn.no_grad():
+            loss = model(x).sum()
+        loss.backward()
+    compiled = graphnn.compile(step)
+    x = graphnn.tensor(_batches(1, (3, 4))[0])
+    for fn in (step, compiled):
+        with pytest.raises(AutogradError, match="does not require grad"):
+            fn(x)

@@ -60,6 +60,8 @@ class Entry:
                     self.slots.rebound[name].set(tensor)
                 else:
                     tensors[position].grad = tensor
+            for position in self.slots.inputs_cleared:
+                tensors[position].grad = None
             for position, flag in self.slots.requires_grad.items():
                 tensors[position].requires_grad_(flag)
         if on_device:

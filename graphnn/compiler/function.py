@@ -62,7 +62,7 @@ from ..frontend.grad_mode import is_grad_enabled
 from ..frontend.matmul_precision import get_float32_matmul_precision
 from ..frontend.random import get_rng_state, set_rng_state
 from ..frontend.tensor import Tensor
-from ..frontend.tracer import input_grad_name
+from ..frontend.tracer import has_input_grad, input_grad_name
 from ..codegen.triton.gemm import with_float32_matmul_precision
 from ..ir.graph import flatten_structure
 from ..ir.registry import get_op
@@ -271,14 +271,14 @@ class CompiledFunction:
         return backend, launcher_for(backend, Tensor._wrap), wrap_device
 
     def _signature_of(self, call, tensors, static):
-        """(the call's ``Signature``, its state tensors by name: the call's tensor arguments'
-        own ``.grad``, where one requiring grad brings one, among them: a traced backward
-        accumulates into it)."""
+        """(the call's ``Signature``, its state tensors by name: for a step, the ``.grad``
+        its float tensor arguments bring among them, which a traced backward accumulates
+        into)."""
         state = {name: t for name, t, _ in call.bindings}
         if self._step_state.gradients:
             seen = set()
             for position, t in enumerate(tensors):
-                if id(t) not in seen and t.requires_grad and t.grad is not None:
+                if id(t) not in seen and has_input_grad(t):
                     state[input_grad_name(position)] = t.grad
                 seen.add(id(t))
         training = bool(getattr(self._module, "training", False))
@@ -287,7 +287,7 @@ class CompiledFunction:
         backend = get_backend(self._backend_name or "triton") if on_device else self._backend
         symbolic = self.dynamic and backend.symbolic_sizes
         sig = Signature(with_symbolic_sizes(inputs) if symbolic else inputs, static,
-                        tuple((k, spec_of(t)) for k, t in state.items()),
+                        tuple((k, _state_spec(k, t, symbolic)) for k, t in state.items()),
                         training, is_grad_enabled(), call.key, autocast_state(),
                         get_float32_matmul_precision())
         return sig, state
@@ -527,6 +527,15 @@ class CompiledFunction:
 
     def __repr__(self):
         return f"<graphnn compiled {self.name}: {len(self._entries)} signatures>"
+
+
+def _state_spec(name, tensor, symbolic):
+    """A state tensor's guard entry; with symbolic sizes, a tensor argument's ``.grad`` has
+    its argument's symbolic sizes (the argument's own may vary between calls)."""
+    spec = spec_of(tensor)
+    if symbolic and name.startswith("input") and name.endswith(".grad"):
+        return with_symbolic_sizes((spec,))[0]
+    return spec
 
 
 def _set_grads(tensors, states) -> None:

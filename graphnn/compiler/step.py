@@ -7,7 +7,8 @@ hyper-parameters as ``hyper`` inputs after the call's own, and returns its ``res
 ``update``s and its ``rebound`` slots (see ``frontend.tracer.trace_with_state``), and the slot
 changes say which ``.grad`` and optimizer-state entries the function rebound (to a tensor: a
 ``rebound`` output; to None: ``cleared``), which of the call's tensors it gave a ``.grad`` (a
-``backward()`` reaching an input that requires grad) and whose ``requires_grad`` it changed.
+``backward()`` reaching an input that requires grad) or cleared the ``.grad`` of, and whose
+``requires_grad`` it changed.
 Tracing leaves every tensor, gradient and optimizer state as it was.
 
 ``stages.build(graph, "step", ...)`` turns such a trace into the graph of one kernel, and an
@@ -30,6 +31,7 @@ class SlotChanges:
     # the call's tensors (by position among them) the function gave a ``.grad`` (a ``rebound``
     # output named ``input:NAME.grad``) or whose requires_grad it changed
     input_grads: dict = field(default_factory=dict)  # output name -> position
+    inputs_cleared: list = field(default_factory=list)  # positions whose .grad became None
     requires_grad: dict = field(default_factory=dict)  # position -> flag
 
 
@@ -62,7 +64,9 @@ def trace_function(fn, args, kwargs, step_state, name=None):
             if not lifted.first:
                 continue
             grad = lifted.tensor.grad
-            if grad is not None and grad is not lifted.grad:  # else written in place
+            if grad is None and lifted.grad is not None:
+                changes.inputs_cleared.append(position)
+            elif grad is not None and grad is not lifted.grad:  # else written in place
                 name = f"input:{lifted.name}.grad"
                 rebound[name] = state.value(grad)
                 changes.input_grads[name] = position
@@ -75,7 +79,8 @@ def trace_function(fn, args, kwargs, step_state, name=None):
     try:
         with hypers.reading(step_state.optimizers):
             traced = trace_with_state(fn, args, kwargs, step_state.bindings(),
-                                      tuple(step_state.modules.values()), collect, name)
+                                      tuple(step_state.modules.values()), collect, name,
+                                      input_grads=step_state.gradients)
     finally:
         step_state.restore(snapshot)
     return traced, changes, hypers

@@ -97,14 +97,19 @@ def _trace(state, op, inputs, attrs, out_types) -> tuple:
     """Record ``op`` into the active trace; shape ops that give views eagerly give views here.
     What grad mode means eagerly is kept (``TraceState.requires_grad``): with grad on, a
     differentiable op's results require grad when an input does; with grad off, such an op's
-    results (other than views) are recorded through ``detach``, so no traced backward
-    differentiates through them (a value computed under ``no_grad``, a parameter an optimizer
-    step wrote: a new leaf value)."""
+    results are recorded through ``detach`` (a value computed under ``no_grad``: a constant of
+    every backward), except a view's, which stays a view and is marked instead
+    (``TraceState.no_grad_view``: read through ``detach`` by the differentiable ops after it)."""
+    grad = is_grad_enabled()
+    if op.differentiable and grad and not op.view:
+        inputs = [state.detached(t) if state.is_no_grad_view(t) else t for t in inputs]
     outs = state.record(op, inputs, attrs, out_types)
-    if op.differentiable and any(state.requires_grad(t) for t in inputs):
-        if is_grad_enabled():
+    if op.differentiable and any(state.from_grad(t) for t in inputs):
+        if op.view and (not grad or any(state.is_no_grad_view(t) for t in inputs)):
+            state.no_grad_view(outs)
+        elif grad:
             state.mark_requires_grad(outs)
-        elif not op.view:
+        else:
             outs = tuple(state.detached(t) for t in outs)
     if op.view:
         layout = trace_state.view_layout(op.name, inputs[0], attrs)

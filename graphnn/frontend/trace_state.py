@@ -27,10 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.errors import GraphnnError
+from ..ir.errors import GraphnnError, UnsupportedError
 from ..ir.symbolic import has_symbolic_size, hinted, holds_sym
 from ..ir.types import TensorType
 from .autograd import VersionCounter
+from .grad_mode import is_grad_enabled
 from .scope import current_module_path
 
 _FRONTEND_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -140,6 +141,7 @@ class TraceState:
         self.foreign_writes = []  # concrete tensors written in place that are not bound state
         self.lifted_inputs = []  # a LiftedInput per tensor input, in graph-input order
         self.grad_values = set()  # names of values computed with grad on from grad leaves
+        self.no_grad_views = {}  # id -> view taken under no_grad of a tensor requiring grad
 
     # ---- values -----------------------------------------------------------------------------
     def symbol(self, t):
@@ -181,8 +183,9 @@ class TraceState:
             self.state_names[id(t)] = description
 
     def bind_state(self, t, value, description: str) -> None:
-        """Bind a concrete tensor the traced function reads as state (a parameter, buffer,
-        gradient or optimizer buffer) to graph parameter ``value`` before the trace runs."""
+        """Bind a tensor the traced function reads as state (a parameter, buffer, gradient or
+        optimizer buffer; a tensor argument's ``.grad``, through a symbolic stand-in) to graph
+        parameter ``value`` before the trace runs."""
         self.bind(t, value, description)
         self.initial[id(t)] = (t, value)
 
@@ -192,8 +195,8 @@ class TraceState:
 
     def final_values(self) -> dict:
         """{graph parameter name: its tensor's Value now} for bound state written in place."""
-        return {value.name: self.bound[id(t)][1] for t, value in self.initial.values()
-                if self.bound[id(t)][1] is not value}
+        return {value.name: self.symbol(t) for t, value in self.initial.values()
+                if self.symbol(t) is not value}
 
     def takes(self, inputs, out_types, attrs=None) -> bool:
         """Whether an op on ``inputs`` is recorded (rather than computed on concrete data):
@@ -225,13 +228,26 @@ class TraceState:
         v = self.symbol(t)
         return v is not None and v.name in self.grad_values
 
+    def from_grad(self, t) -> bool:
+        """Whether ``t`` requires grad, or is a view taken under ``no_grad`` of one that does."""
+        return self.requires_grad(t) or self.is_no_grad_view(t)
+
     def mark_requires_grad(self, outs) -> None:
         self.grad_values.update(t._symbol.name for t in outs
                                 if t._symbol is not None and t.dtype.is_floating_point)
 
+    def no_grad_view(self, outs) -> None:
+        """Mark views of tensors requiring grad taken under ``no_grad`` (eagerly they require
+        no grad): the tensors themselves, an identity view sharing its base's value."""
+        for t in outs:
+            self.no_grad_views[id(t)] = t  # held: ids stay unique
+
+    def is_no_grad_view(self, t) -> bool:
+        return id(t) in self.no_grad_views
+
     def detached(self, t):
         """A symbolic tensor holding ``t``'s value through a new ``detach`` node."""
-        value = self.symbol(t)
+        value = self.value(t)
         node = self.graph.add_node("detach", [value], {}, [value.type],
                                    scope=current_module_path(), source=source_location())
         return symbolic(node.outputs[0])
@@ -252,11 +268,20 @@ class TraceState:
 
     def write(self, t, chain) -> None:
         """Rebind ``t`` and its parents to their new values after an in-place write;
-        ``chain`` is [(tensor, new value tensor)] from ``t`` up to its base."""
+        ``chain`` is [(tensor, new value tensor)] from ``t`` up to its base. A write under
+        ``no_grad`` into a leaf that requires grad (a parameter) gives it new values through
+        ``detach``, as eagerly the tensor stays a leaf; into a tensor computed with grad (not a
+        leaf) it raises ``UnsupportedError``: eagerly its gradient would go to the value it
+        held before, which a trace does not express."""
+        base = chain[-1][0]
+        cut = not is_grad_enabled() and self.from_grad(base)
+        if cut and not base.requires_grad:
+            raise UnsupportedError("graphnn.trace: an in-place write under no_grad to a tensor "
+                                   "computed with grad (not a leaf)")
         for tensor, new in chain:
             if tensor._symbol is None and tensor._view is None and id(tensor) not in self.initial:
                 self.foreign_writes.append(tensor)
-            self.bind(tensor, self.value(new))
+            self.bind(tensor, self.value(self.detached(new) if cut else new))
             described = self.state_names.get(id(tensor))
             if described is not None and described not in self.writes:
                 self.writes.append(described)

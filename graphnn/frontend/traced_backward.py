@@ -143,6 +143,9 @@ def traced_backward(state, tensors, grad_tensors, inputs, create_graph) -> None:
             state.graph.add_input(name, TensorType(tuple(tensor.shape), tensor.dtype), "grad"))
         grads[name] = leaves
         incoming[id(tensor)] = (tensor, gradient)
+    if not incoming and not state.requires_grad(loss):  # computed under no_grad, detached
+        raise AutogradError("element 0 of tensors does not require grad and does not have a "
+                            "grad_fn")
     reduced = _reduce_armed(state, incoming)
     for tensor, gradient in incoming.values():
         if id(tensor) in reduced:

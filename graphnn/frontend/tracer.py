@@ -87,7 +87,7 @@ class TracedFunction:
 
 
 def trace_with_state(fn, args, kwargs, bindings, modules=(), collect=None,
-                     name=None) -> TracedFunction:
+                     name=None, input_grads=False) -> TracedFunction:
     """Trace ``fn(*args, **kwargs)`` with named state bound up front.
 
     ``bindings`` is ``[(name, tensor, kind)]`` ("param" for tensors that get gradients,
@@ -96,13 +96,15 @@ def trace_with_state(fn, args, kwargs, bindings, modules=(), collect=None,
     warnings; the tensors themselves are left unchanged, as are the ``modules``' attributes.
     ``collect(state)`` runs inside the trace after ``fn`` returns and gives the ``rebound``
     outputs (``{slot name: Value}``): tensors the step stored in Python places. ``name``
-    names the graph (default: the function's name).
+    names the graph (default: the function's name). ``input_grads``: the ``.grad`` a float
+    tensor argument brings is bound as state too (``input_grad_name``), for a traced backward
+    to accumulate into.
     """
     state = TraceState(Graph(name or _graph_name(fn)))
     for name, tensor, kind in bindings:
         value = state.graph.add_param(name, TensorType(tuple(tensor.shape), tensor.dtype), kind)
         state.bind_state(tensor, value, f"{kind} '{name}'")
-    args, kwargs = _symbolic_arguments(state, fn, args, kwargs)
+    args, kwargs = _symbolic_arguments(state, fn, args, kwargs, input_grads)
     saved = [s for m in modules for s in _snapshot(m)]
     try:
         with trace_state.activate(state):
@@ -156,8 +158,9 @@ def _bind_module_state(state: TraceState, module) -> None:
         state.bind_state(t, value, f"{kind} '{key}'")
 
 
-def _symbolic_arguments(state: TraceState, forward, args, kwargs):
-    """The call's arguments with every tensor replaced by a symbolic graph input."""
+def _symbolic_arguments(state: TraceState, forward, args, kwargs, input_grads=False):
+    """The call's arguments with every tensor replaced by a symbolic graph input (with the
+    ``.grad`` it brings bound, when ``input_grads``)."""
     taken = {v.name for v in state.graph.params}
     lifted = {}  # id(tensor) -> its symbolic tensor: a tensor passed twice is one leaf
 
@@ -175,10 +178,11 @@ def _symbolic_arguments(state: TraceState, forward, args, kwargs):
             if first:
                 t.requires_grad = value.requires_grad and value.dtype.is_floating_point
                 state.state_names[id(t)] = f"input '{name}'"
-                if t.requires_grad and value.grad is not None:
-                    _bind_input_grad(state, len(state.lifted_inputs), name, value.grad, t)
+                if input_grads and has_input_grad(value):
+                    _bind_input_grad(state, len(state.lifted_inputs), name, value.grad, t,
+                                     shape)
             state.lifted_inputs.append(trace_state.LiftedInput(
-                name, value_in, t, first, t.requires_grad, value.is_leaf, value.grad))
+                name, value_in, t, first, t.requires_grad, value.is_leaf, t.grad))
             return t
         if isinstance(value, (tuple, list)):
             items = [lift(f"{name}_{i}", v) for i, v in enumerate(value)]
@@ -208,20 +212,26 @@ def _symbolic_arguments(state: TraceState, forward, args, kwargs):
     return bound.args, bound.kwargs
 
 
+def has_input_grad(t) -> bool:
+    """Whether tensor argument ``t`` brings a ``.grad`` a traced step binds as state."""
+    return t.dtype.is_floating_point and t.grad is not None
+
+
 def input_grad_name(position: int) -> str:
     """The state name of the ``.grad`` a call's tensor argument at ``position`` (among the
     call's tensors) brings."""
     return f"input{position}.grad"
 
 
-def _bind_input_grad(state: TraceState, position: int, name: str, grad, t) -> None:
-    """Bind the ``.grad`` a tensor argument came with as state (a traced backward reaching it
-    accumulates into it in place, written back like a parameter's gradient), and give it to
-    the argument's symbolic tensor ``t``."""
-    value = state.graph.add_param(input_grad_name(position),
-                                  TensorType(tuple(grad.shape), grad.dtype), "buffer")
-    state.bind_state(grad, value, f"gradient of input '{name}'")
-    t.grad = grad
+def _bind_input_grad(state: TraceState, position: int, name: str, grad, t, shape) -> None:
+    """Bind the ``.grad`` a tensor argument came with as state of the argument's ``shape``
+    (symbolic sizes too): a symbolic tensor, given to the argument's symbolic tensor ``t``,
+    that a traced backward reaching it accumulates into in place, written back like a
+    parameter's gradient."""
+    value = state.graph.add_param(input_grad_name(position), TensorType(shape, grad.dtype),
+                                  "buffer")
+    t.grad = trace_state.symbolic(value)  # the argument's sizes, symbolic ones too
+    state.bind_state(t.grad, value, f"gradient of input '{name}'")
 
 
 def _output_structure(state: TraceState, result, where: str):
