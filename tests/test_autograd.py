@@ -432,6 +432,17 @@ def test_detach_shares_memory_and_version_but_leaves_the_graph():
     assert z is y and y.grad_fn is None and not y.requires_grad
 
 
+def test_a_leaf_that_stops_requiring_grad_before_backward_gets_no_grad():
+    """PyTorch's accumulation checks the flag when the gradient arrives."""
+    def fn(lib):
+        w = lib.tensor(X).requires_grad_()
+        loss = (w * 2).sum()
+        w.requires_grad_(False)
+        loss.backward()
+        return w.grad is None
+    _check(fn)
+
+
 def test_requires_grad_flags_follow_torch():
     def fn(lib):
         x = lib.tensor(X)

@@ -49,6 +49,7 @@ class Entry:
             first.check(inputs)
         arrays = [launcher.upload(a) for a in inputs]
         returned = first.graph.unpack(launcher.launch(first, arrays, state))
+        returned["result"] = launcher.apart_from_state(returned["result"], state)
         launcher.write_updates(returned["update"], state)
         if self.slots is not None:
             for slot in self.slots.cleared:
@@ -64,6 +65,8 @@ class Entry:
                 tensors[position].grad = None
             for position, flag in self.slots.requires_grad.items():
                 tensors[position].requires_grad_(flag)
+            for param, flag in self.slots.param_flags:
+                param.requires_grad_(flag)
         if on_device:
             result = to_tensors(returned["result"], self.template, self.wrap_device)
         else:

@@ -275,10 +275,12 @@ class CompiledFunction:
         its float tensor arguments bring among them, which a traced backward accumulates
         into)."""
         state = {name: t for name, t, _ in call.bindings}
+        brought = set()  # the names of the arguments' .grad
         if self._step_state.gradients:
             seen = set()
             for position, t in enumerate(tensors):
                 if id(t) not in seen and has_input_grad(t):
+                    brought.add(input_grad_name(position))
                     state[input_grad_name(position)] = t.grad
                 seen.add(id(t))
         training = bool(getattr(self._module, "training", False))
@@ -287,7 +289,8 @@ class CompiledFunction:
         backend = get_backend(self._backend_name or "triton") if on_device else self._backend
         symbolic = self.dynamic and backend.symbolic_sizes
         sig = Signature(with_symbolic_sizes(inputs) if symbolic else inputs, static,
-                        tuple((k, _state_spec(k, t, symbolic)) for k, t in state.items()),
+                        tuple((k, _state_spec(t, symbolic and k in brought))
+                              for k, t in state.items()),
                         training, is_grad_enabled(), call.key, autocast_state(),
                         get_float32_matmul_precision())
         return sig, state
@@ -529,13 +532,12 @@ class CompiledFunction:
         return f"<graphnn compiled {self.name}: {len(self._entries)} signatures>"
 
 
-def _state_spec(name, tensor, symbolic):
-    """A state tensor's guard entry; with symbolic sizes, a tensor argument's ``.grad`` has
-    its argument's symbolic sizes (the argument's own may vary between calls)."""
+def _state_spec(tensor, symbolic):
+    """A state tensor's guard entry, with symbolic sizes when ``symbolic`` (a tensor
+    argument's ``.grad`` under ``dynamic=True``: its argument's sizes may vary between
+    calls)."""
     spec = spec_of(tensor)
-    if symbolic and name.startswith("input") and name.endswith(".grad"):
-        return with_symbolic_sizes((spec,))[0]
-    return spec
+    return with_symbolic_sizes((spec,))[0] if symbolic else spec
 
 
 def _set_grads(tensors, states) -> None:

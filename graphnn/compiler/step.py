@@ -7,8 +7,8 @@ hyper-parameters as ``hyper`` inputs after the call's own, and returns its ``res
 ``update``s and its ``rebound`` slots (see ``frontend.tracer.trace_with_state``), and the slot
 changes say which ``.grad`` and optimizer-state entries the function rebound (to a tensor: a
 ``rebound`` output; to None: ``cleared``), which of the call's tensors it gave a ``.grad`` (a
-``backward()`` reaching an input that requires grad) or cleared the ``.grad`` of, and whose
-``requires_grad`` it changed.
+``backward()`` reaching an input that requires grad) or cleared the ``.grad`` of, and which
+of them and of the parameters it left with another ``requires_grad`` (freezing a layer).
 Tracing leaves every tensor, gradient and optimizer state as it was.
 
 ``stages.build(graph, "step", ...)`` turns such a trace into the graph of one kernel, and an
@@ -33,6 +33,7 @@ class SlotChanges:
     input_grads: dict = field(default_factory=dict)  # output name -> position
     inputs_cleared: list = field(default_factory=list)  # positions whose .grad became None
     requires_grad: dict = field(default_factory=dict)  # position -> flag
+    param_flags: list = field(default_factory=list)  # (parameter, requires_grad it was left)
 
 
 def trace_function(fn, args, kwargs, step_state, name=None):
@@ -40,6 +41,7 @@ def trace_function(fn, args, kwargs, step_state, name=None):
     HyperInputs): the optimizers' hyper-parameters the step read became graph inputs
     (``hyper_inputs.py``), after the call's own inputs."""
     snapshot = step_state.snapshot()
+    flags = [(t, t.requires_grad) for _, t, kind in step_state.bindings() if kind == "param"]
     before_slots = step_state.slots()
     before = {slot.name: slot.get() for slot in before_slots}
     changes = SlotChanges()
@@ -72,6 +74,8 @@ def trace_function(fn, args, kwargs, step_state, name=None):
                 changes.input_grads[name] = position
             if lifted.tensor.requires_grad != lifted.required_grad:
                 changes.requires_grad[position] = lifted.tensor.requires_grad
+        changes.param_flags = [(t, t.requires_grad) for t, flag in flags
+                               if t.requires_grad != flag]
         return rebound
 
     hypers = HyperInputs()
@@ -83,4 +87,6 @@ def trace_function(fn, args, kwargs, step_state, name=None):
                                       input_grads=step_state.gradients)
     finally:
         step_state.restore(snapshot)
+        for t, flag in flags:
+            t.requires_grad = flag
     return traced, changes, hypers

@@ -259,8 +259,8 @@ def _set_retained(node, grads, create_graph):
 
 def _accumulate(node, g, create_graph):
     t = node.tensor_ref()
-    if t is None or g is None:
-        return
+    if t is None or g is None or not t.requires_grad:  # as PyTorch: a leaf that stopped
+        return  # requiring grad after the forward gets nothing
     if not create_graph:
         g = g.detach()
     if t.grad is None:

@@ -173,6 +173,9 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin, TensorSortin
             raise AutogradError(f"only Tensors of floating point dtype can require gradients, "
                                 f"got {self.dtype.name}")
         self._requires_grad = value
+        state = trace_state.active() if value and self._symbol is not None else None
+        if state is not None:
+            state.made_leaves.add(self._symbol.name)
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
         self.requires_grad = requires_grad

@@ -127,6 +127,11 @@ def traced_backward(state, tensors, grad_tensors, inputs, create_graph) -> None:
         value = state.value(loss.reshape(()))
     wanted = None if inputs is None else {id(t) for t in inputs}
     reached = _ancestors(value)
+    made = reached & state.made_leaves - {lifted.value.name for lifted in state.lifted_inputs}
+    if made:
+        raise UnsupportedError("graphnn.trace: backward() reaches a tensor the traced function "
+                               "made and marked requires_grad (a leaf it creates, as a PGD "
+                               "perturbation): its .grad cannot leave the trace")
     request = state.backward_request or BackwardRequest()
     grads, incoming = {}, {}
     for tensor, original, held, lifted in _differentiable_leaves(state):

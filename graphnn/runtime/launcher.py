@@ -154,13 +154,27 @@ class Launcher:
         owners = {device.owner(array) for array in self._state_on_device(state)}
         tensors = {}
         for name, array in values.items():
-            if device.owner(array) in owners:
-                fresh = device.allocate(device.type_of(array))
-                device.copy(array, fresh)
-                array = fresh
+            array = self._apart(array, owners)
             owners.add(device.owner(array))
             tensors[name] = self._adopt(array) if wrap_device is None else wrap_device(array)
         return tensors
+
+    def apart_from_state(self, structure, state: dict):
+        """``structure`` (a kernel's results, nested) with each array that shares memory with
+        a state tensor replaced by a copy, made before the call's updates are written: a
+        result is a value of the call (a parameter's ``clone()`` taken before an optimizer
+        step that the passes made the parameter itself), never a window on state."""
+        owners = {self.device.owner(array) for array in self._state_on_device(state)}
+        return map_structure(lambda array: self._apart(array, owners), structure)
+
+    def _apart(self, array, owners):
+        """``array``, or a copy of it when its memory is one of ``owners``'."""
+        device = self.device
+        if device.owner(array) not in owners:
+            return array
+        fresh = device.allocate(device.type_of(array))
+        device.copy(array, fresh)
+        return fresh
 
     def _state_on_device(self, state: dict) -> list:
         """The device arrays of ``state``'s tensors as they are now (nothing is uploaded: a

@@ -200,17 +200,12 @@ def test_values_computed_under_no_grad_are_constants_of_the_backward():
             model.zero_grad()
             return grad
         return step
-    graphnn.manual_seed(2)
-    ours = nn.Linear(3, 2)
-    theirs = torch.nn.Linear(3, 2)
-    with torch.no_grad():
-        theirs.weight.copy_(torch.from_numpy(ours.weight.detach().numpy()))
-        theirs.bias.copy_(torch.from_numpy(ours.bias.detach().numpy()))
+    ours, twin, theirs = _linear_pair()
     compiled = graphnn.compile(step_for(graphnn, ours))
-    x = _batches(1, (4, 3))[0]
+    x = _batches(1, (3, 4))[0]
     for _ in range(2):
         got = compiled(graphnn.tensor(x)).numpy()
-        np.testing.assert_allclose(got, step_for(graphnn, ours)(graphnn.tensor(x)).numpy(),
+        np.testing.assert_allclose(got, step_for(graphnn, twin)(graphnn.tensor(x)).numpy(),
                                    rtol=1e-6)
         np.testing.assert_allclose(got, step_for(torch, theirs)(torch.tensor(x)).numpy(),
                                    rtol=1e-5)
@@ -474,3 +469,71 @@ def test_backward_of_a_loss_computed_under_no_grad_raises_as_eagerly():
     for fn in (step, compiled):
         with pytest.raises(AutogradError, match="does not require grad"):
             fn(x)
+
+
+def test_a_leaf_the_step_makes_runs_eagerly_and_says_why():
+    """A tensor the step creates and marks ``requires_grad`` (a PGD perturbation): its
+    ``.grad`` would have to come out of the trace, so the call runs eagerly, with a warning
+    (it used to compile and give the tensor no gradient)."""
+    model = nn.Linear(4, 2)
+
+    def step(x):
+        delta = graphnn.zeros_like(x).requires_grad_()
+        model(x + delta).sum().backward()
+        model.zero_grad()
+        return delta.grad
+    compiled = graphnn.compile(step)
+    x = graphnn.tensor(_batches(1, (3, 4))[0])
+    with pytest.warns(CompileWarning, match="made and marked requires_grad"):
+        got = compiled(x)
+    np.testing.assert_allclose(got.numpy(), step(x).numpy())
+
+
+def test_freezing_a_parameter_inside_the_step_carries_over():
+    """A step that flips a parameter's ``requires_grad`` leaves it flipped after each call,
+    as eagerly (tracing puts it back; the compiled call sets it), and trains as eagerly."""
+    ours, twin, _ = _linear_pair()
+
+    def step_for(model):
+        opt = graphnn.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x):
+            model.weight.requires_grad_(not model.weight.requires_grad)
+            model(x).square().sum().backward()
+            opt.step()
+            opt.zero_grad()
+        return step
+    compiled, eager = graphnn.compile(step_for(ours)), step_for(twin)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        for batch in _batches(5, (3, 4)):
+            compiled(graphnn.tensor(batch))
+            eager(graphnn.tensor(batch))
+            assert ours.weight.requires_grad == twin.weight.requires_grad
+            for p, q in zip(ours.parameters(), twin.parameters()):
+                np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-6)
+    assert compiled.compiles == 2  # one per flag
+
+
+@pytest.mark.parametrize("snapshot", [lambda w: w.clone(), lambda w: w.detach() * 1.0],
+                         ids=["clone", "times_one"])
+def test_a_snapshot_of_a_parameter_taken_before_the_update_is_returned_as_it_was(snapshot):
+    """The passes make ``w.clone()`` (or ``w * 1``) the parameter itself; the call's result
+    is still the value before the optimizer's update (results never share state's memory)."""
+    model = nn.Linear(4, 2)
+    opt = graphnn.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x):
+        before = snapshot(model.weight)
+        model(x).square().sum().backward()
+        opt.step()
+        opt.zero_grad()
+        return before
+    compiled = graphnn.compile(step)
+    held = []
+    for batch in _batches(3, (3, 4)):
+        expected = model.weight.detach().numpy().copy()
+        held.append((compiled(graphnn.tensor(batch)), expected))
+    for got, expected in held:
+        np.testing.assert_array_equal(got.numpy(), expected)
+    assert not np.array_equal(held[-1][1], model.weight.detach().numpy())
