@@ -471,14 +471,17 @@ def test_backward_of_a_loss_computed_under_no_grad_raises_as_eagerly():
             fn(x)
 
 
-def test_a_leaf_the_step_makes_runs_eagerly_and_says_why():
-    """A tensor the step creates and marks ``requires_grad`` (a PGD perturbation): its
-    ``.grad`` would have to come out of the trace, so the call runs eagerly, with a warning
-    (it used to compile and give the tensor no gradient)."""
+@pytest.mark.parametrize("make", [lambda x: graphnn.zeros_like(x), lambda x: x.clone()],
+                         ids=["zeros_like", "clone_of_the_input"])
+def test_a_leaf_the_step_makes_runs_eagerly_and_says_why(make):
+    """A tensor the step creates and marks ``requires_grad`` (a PGD perturbation, a clone of
+    the input, which the trace holds as the input's own value): its ``.grad`` would have to
+    come out of the trace, so the call runs eagerly, with a warning (it used to compile and
+    give the tensor no gradient)."""
     model = nn.Linear(4, 2)
 
     def step(x):
-        delta = graphnn.zeros_like(x).requires_grad_()
+        delta = make(x).requires_grad_()
         model(x + delta).sum().backward()
         model.zero_grad()
         return delta.grad
@@ -487,6 +490,25 @@ def test_a_leaf_the_step_makes_runs_eagerly_and_says_why():
     with pytest.warns(CompileWarning, match="made and marked requires_grad"):
         got = compiled(x)
     np.testing.assert_allclose(got.numpy(), step(x).numpy())
+
+
+def test_requires_grad_on_a_tensor_that_already_requires_it_still_compiles():
+    """``loss.requires_grad_()`` is a no-op eagerly: no leaf is made."""
+    model = nn.Linear(4, 2)
+
+    def step(x):
+        loss = model(x).sum().requires_grad_()
+        loss.backward()
+        grad = model.weight.grad * 1.0
+        model.zero_grad()
+        return grad
+    compiled = graphnn.compile(step)
+    x = graphnn.tensor(_batches(1, (3, 4))[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        for _ in range(2):
+            np.testing.assert_allclose(compiled(x).numpy(), step(x).numpy(), rtol=1e-6)
+    assert compiled.compiles == 1
 
 
 def test_freezing_a_parameter_inside_the_step_carries_over():
@@ -515,11 +537,30 @@ def test_freezing_a_parameter_inside_the_step_carries_over():
     assert compiled.compiles == 2  # one per flag
 
 
+def test_freezing_in_a_function_without_backward_carries_over():
+    """The flag a compiled function leaves is set after the call also when it computes no
+    gradient (a frozen forward)."""
+    model = nn.Linear(4, 2)
+
+    def frozen(x):
+        model.requires_grad_(False)
+        return model(x)
+    compiled = graphnn.compile(frozen)
+    x = graphnn.tensor(_batches(1, (3, 4))[0])
+    for _ in range(2):
+        model.requires_grad_(True)
+        out = compiled(x)
+        assert not model.weight.requires_grad and not model.bias.requires_grad
+        assert out.grad_fn is None
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before_the_update", "after_it"])
 @pytest.mark.parametrize("snapshot", [lambda w: w.clone(), lambda w: w.detach() * 1.0],
                          ids=["clone", "times_one"])
-def test_a_snapshot_of_a_parameter_taken_before_the_update_is_returned_as_it_was(snapshot):
-    """The passes make ``w.clone()`` (or ``w * 1``) the parameter itself; the call's result
-    is still the value before the optimizer's update (results never share state's memory)."""
+def test_a_snapshot_of_a_parameter_is_returned_as_it_was(snapshot, after):
+    """The passes make ``w.clone()`` (or ``w * 1``) the parameter itself, or the value the
+    update writes into it; the call's result is still the value when it was taken, and later
+    calls do not change it (results never share state's memory)."""
     model = nn.Linear(4, 2)
     opt = graphnn.optim.SGD(model.parameters(), lr=0.1)
 
@@ -528,12 +569,13 @@ def test_a_snapshot_of_a_parameter_taken_before_the_update_is_returned_as_it_was
         model(x).square().sum().backward()
         opt.step()
         opt.zero_grad()
-        return before
+        return snapshot(model.weight) if after else before
     compiled = graphnn.compile(step)
     held = []
     for batch in _batches(3, (3, 4)):
-        expected = model.weight.detach().numpy().copy()
-        held.append((compiled(graphnn.tensor(batch)), expected))
+        expected = None if after else model.weight.detach().numpy().copy()
+        got = compiled(graphnn.tensor(batch))
+        held.append((got, model.weight.detach().numpy().copy() if after else expected))
     for got, expected in held:
         np.testing.assert_array_equal(got.numpy(), expected)
-    assert not np.array_equal(held[-1][1], model.weight.detach().numpy())
+    assert not np.array_equal(held[0][1], model.weight.detach().numpy())

@@ -19,6 +19,8 @@ decided by their role in the graph, never by position:
 """
 from __future__ import annotations
 
+from ..ir.graph import STATE_KINDS, flatten_structure
+from ..ir.registry import get_op
 from .results import to_tensors
 
 FIRST_STAGES = ("step", "inference", "forward")  # the stage that takes the call's tensors
@@ -40,6 +42,7 @@ class Entry:
         self.launcher, self.random, self.slots, self.tape = launcher, random, slots, tape
         self.hypers = hypers
         self.wrap_device = wrap_device  # set for a call on device tensors: results stay there
+        self.state_results = _reads_state(self.artifact.graph)
 
     def __call__(self, tensors, state):
         launcher, first, on_device = self.launcher, self.artifact, self.wrap_device is not None
@@ -49,7 +52,8 @@ class Entry:
             first.check(inputs)
         arrays = [launcher.upload(a) for a in inputs]
         returned = first.graph.unpack(launcher.launch(first, arrays, state))
-        returned["result"] = launcher.apart_from_state(returned["result"], state)
+        if self.state_results:
+            returned["result"] = launcher.apart_from_state(returned["result"], state)
         launcher.write_updates(returned["update"], state)
         if self.slots is not None:
             for slot in self.slots.cleared:
@@ -78,3 +82,17 @@ class Entry:
     def sources(self) -> dict:
         """The generated source of each stage's kernel."""
         return {stage: artifact.source for stage, artifact in self.artifacts.items()}
+
+
+def _reads_state(graph) -> bool:
+    """Whether a result of ``graph`` is a state tensor's value (a graph parameter, or a new
+    value the call writes into one) or a view of one: its array may then be the state's
+    memory, which the call's results never share (a ``clone()`` of a parameter, which the
+    passes make the parameter itself, must not see later updates)."""
+    written = {v.name for v in flatten_structure(graph.output("update"))}
+
+    def aliases(v) -> bool:
+        while v.producer is not None and get_op(v.producer.op).view:
+            v = v.producer.inputs[0]
+        return v.kind in STATE_KINDS or v.name in written
+    return any(aliases(v) for v in flatten_structure(graph.output("result")) if v is not None)

@@ -432,7 +432,8 @@ class CompiledFunction:
                                    f"code does not write back: {w.message}")
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         graph = traced.graph
-        if traced.backward is not None or changes.rebound or changes.cleared:
+        if traced.backward is not None or changes.rebound or changes.cleared or \
+                changes.inputs_cleared or changes.requires_grad or changes.param_flags:
             step = traced.backward, changes
         graph, random = lift_random(graph, host_values)
         return graph, random, step, hypers

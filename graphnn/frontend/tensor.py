@@ -172,10 +172,10 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin, TensorSortin
         if value and not self.dtype.is_floating_point:
             raise AutogradError(f"only Tensors of floating point dtype can require gradients, "
                                 f"got {self.dtype.name}")
-        self._requires_grad = value
         state = trace_state.active() if value and self._symbol is not None else None
-        if state is not None:
-            state.made_leaves.add(self._symbol.name)
+        if state is not None and not state.requires_grad(self):
+            state.made_leaves[id(self)] = self
+        self._requires_grad = value
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
         self.requires_grad = requires_grad

@@ -142,7 +142,7 @@ class TraceState:
         self.lifted_inputs = []  # a LiftedInput per tensor input, in graph-input order
         self.grad_values = set()  # names of values computed with grad on from grad leaves
         self.no_grad_views = {}  # id -> view taken under no_grad of a tensor requiring grad
-        self.made_leaves = set()  # names of values whose symbolic tensor was made to require grad
+        self.made_leaves = {}  # id -> symbolic tensor the traced function made require grad
 
     # ---- values -----------------------------------------------------------------------------
     def symbol(self, t):

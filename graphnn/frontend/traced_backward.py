@@ -127,8 +127,9 @@ def traced_backward(state, tensors, grad_tensors, inputs, create_graph) -> None:
         value = state.value(loss.reshape(()))
     wanted = None if inputs is None else {id(t) for t in inputs}
     reached = _ancestors(value)
-    made = reached & state.made_leaves - {lifted.value.name for lifted in state.lifted_inputs}
-    if made:
+    lifted = {id(entry.tensor) for entry in state.lifted_inputs}
+    if any(state.value(t).name in reached for key, t in state.made_leaves.items()
+           if key not in lifted):
         raise UnsupportedError("graphnn.trace: backward() reaches a tensor the traced function "
                                "made and marked requires_grad (a leaf it creates, as a PGD "
                                "perturbation): its .grad cannot leave the trace")

@@ -161,9 +161,7 @@ class Launcher:
 
     def apart_from_state(self, structure, state: dict):
         """``structure`` (a kernel's results, nested) with each array that shares memory with
-        a state tensor replaced by a copy, made before the call's updates are written: a
-        result is a value of the call (a parameter's ``clone()`` taken before an optimizer
-        step that the passes made the parameter itself), never a window on state."""
+        a state tensor replaced by a copy, made before the call's updates are written."""
         owners = {self.device.owner(array) for array in self._state_on_device(state)}
         return map_structure(lambda array: self._apart(array, owners), structure)
 
