@@ -579,3 +579,58 @@ def test_a_snapshot_of_a_parameter_is_returned_as_it_was(snapshot, after):
     for got, expected in held:
         np.testing.assert_array_equal(got.numpy(), expected)
     assert not np.array_equal(held[0][1], model.weight.detach().numpy())
+
+
+def test_a_forward_that_marks_its_input_keeps_its_autograd_graph():
+    """``x.requires_grad_()`` inside a compiled forward (no backward in it): the result has a
+    grad_fn and the caller's backward fills ``x.grad`` and the weights' gradients, as
+    eagerly."""
+    ours, twin, _ = _linear_pair()
+
+    def forward_for(model):
+        def forward(x):
+            x.requires_grad_()
+            return model(x).tanh()
+        return forward
+    compiled = graphnn.compile(forward_for(ours))
+    batch = _batches(1, (3, 4))[0]
+    for _ in range(2):
+        x, y = graphnn.tensor(batch), graphnn.tensor(batch)
+        compiled(x).sum().backward()
+        forward_for(twin)(y).sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), y.grad.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(ours.weight.grad.numpy(), twin.weight.grad.numpy(),
+                                   rtol=1e-6)
+
+
+def test_a_leaf_the_step_makes_and_writes_under_no_grad_runs_eagerly():
+    """The loss reads the made leaf's first value, a ``no_grad`` write then gives it another:
+    still a leaf whose gradient cannot leave the trace."""
+    model = nn.Linear(4, 2)
+
+    def step(x):
+        delta = graphnn.zeros_like(x).requires_grad_()
+        loss = model(x + delta).square().sum()
+        with graphnn.no_grad():
+            delta.fill_(0.5)
+        loss.backward()
+        model.zero_grad()
+        return delta.grad
+    compiled = graphnn.compile(step)
+    x = graphnn.tensor(_batches(1, (3, 4))[0])
+    with pytest.warns(CompileWarning, match="made and marked requires_grad"):
+        got = compiled(x)
+    np.testing.assert_allclose(got.numpy(), step(x).numpy(), rtol=1e-6)
+
+
+def test_contiguous_copy_is_not_an_alias_of_its_source():
+    """``y.t().contiguous()`` is a copy: a later write to ``y`` does not reach it (the trace
+    returned the transposed view itself)."""
+    def fn(y):
+        y = y * 1.0
+        copy = y.t().contiguous()
+        y.add_(1.0)
+        return copy
+    compiled = graphnn.compile(fn)
+    y = graphnn.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(compiled(y).numpy(), fn(y).numpy())

@@ -29,17 +29,20 @@ FIRST_STAGES = ("step", "inference", "forward")  # the stage that takes the call
 class Entry:
     """A compiled signature (see the module docstring). ``hypers`` reads the optimizers'
     hyper-parameter inputs and ``random`` draws the lifted random inputs per call (the graph
-    takes them after the call's tensors, in that order); ``slots`` (a ``step.SlotChanges``) and ``tape`` are None unless the
-    signature is a whole step or a training forward. ``artifact`` is the kernel that takes the
+    takes them after the call's tensors, in that order); ``slots`` (a ``step.SlotChanges``) and
+    ``tape`` are None unless the signature is a whole step or a training forward; ``flags``
+    (the ``SlotChanges`` of any other signature) says which ``requires_grad`` flags the traced
+    call changed, replayed after each call. ``artifact`` is the kernel that takes the
     call's tensors (``FIRST_STAGES``)."""
 
     template = None  # the eager result's containers (set by the compiler)
 
     def __init__(self, artifacts: dict, launcher, random, hypers, slots=None, tape=None,
-                 wrap_device=None):
+                 flags=None, wrap_device=None):
         self.artifacts = artifacts
         self.artifact = next(artifacts[s] for s in FIRST_STAGES if s in artifacts)
         self.launcher, self.random, self.slots, self.tape = launcher, random, slots, tape
+        self.flags = slots if slots is not None else flags  # requires_grad changes to replay
         self.hypers = hypers
         self.wrap_device = wrap_device  # set for a call on device tensors: results stay there
         self.state_results = _reads_state(self.artifact.graph)
@@ -67,14 +70,15 @@ class Entry:
                     tensors[position].grad = tensor
             for position in self.slots.inputs_cleared:
                 tensors[position].grad = None
-            for position, flag in self.slots.requires_grad.items():
-                tensors[position].requires_grad_(flag)
-            for param, flag in self.slots.param_flags:
-                param.requires_grad_(flag)
         if on_device:
             result = to_tensors(returned["result"], self.template, self.wrap_device)
         else:
             result = to_tensors(launcher.to_host(returned["result"]), self.template)
+        if self.flags is not None:  # before the tape takes its edges from them
+            for position, flag in self.flags.requires_grad.items():
+                tensors[position].requires_grad_(flag)
+            for _, param, flag in self.flags.param_flags:
+                param.requires_grad_(flag)
         if self.tape is not None:
             self.tape.attach(result, tensors, state, arrays, returned["saved"])
         return result

@@ -433,16 +433,16 @@ class CompiledFunction:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         graph = traced.graph
         if traced.backward is not None or changes.rebound or changes.cleared or \
-                changes.inputs_cleared or changes.requires_grad or changes.param_flags:
+                changes.inputs_cleared:
             step = traced.backward, changes
         graph, random = lift_random(graph, host_values)
-        return graph, random, step, hypers
+        return graph, random, step, hypers, changes
 
     def _staged(self, sig, args, kwargs, tensors) -> _Staged:
         """Trace the call; its stages are built when first asked for."""
         holder = []
         backend, launcher, wrap_device = self._target(sig)
-        graph, random, step, hypers = self._trace(
+        graph, random, step, hypers, changes = self._trace(
             args, kwargs, holder, wrap_device is None and not backend.device.shares_host)
         backend = with_float32_matmul_precision(backend, sig.matmul_precision)
         options = (backend, self._passes, self._disable)
@@ -450,20 +450,19 @@ class CompiledFunction:
 
         def build():
             if step is not None:
-                backward, changes = step
+                backward = step[0]
                 built = stages.build(graph, "step", *options, backward=backward)
 
                 def make(artifacts, random_):
                     return Entry(artifacts, launcher, random_, hypers, slots=changes,
                                  wrap_device=wrap_device)
             else:
-                wrt_params, wrt_inputs, targets = (_differentiated(sig, graph, tensors)
-                                                   if sig.needs_grad else ([], [], []))
+                wrt_params, wrt_inputs, targets = _differentiated(sig, graph, tensors, changes)
                 if not targets:  # eager gives no result a grad_fn
                     built = stages.build(graph, "inference", *options)
 
                     def make(artifacts, random_):
-                        return Entry(artifacts, launcher, random_, hypers,
+                        return Entry(artifacts, launcher, random_, hypers, flags=changes,
                                      wrap_device=wrap_device)
                 else:
                     built = stages.build(graph, "training", *options, targets=targets,
@@ -474,7 +473,7 @@ class CompiledFunction:
                                             launcher, wrt_params, wrt_inputs, built.targets,
                                             name, wrap_device)
                         return Entry(artifacts, launcher, random_, hypers, tape=tape,
-                                     wrap_device=wrap_device)
+                                     flags=changes, wrap_device=wrap_device)
 
             def make_with_template(artifacts, random_):
                 entry = make(artifacts, random_)
@@ -563,17 +562,22 @@ def _changes_state_layout(changes, sig) -> bool:
     return (before - cleared) | set(changes.rebound) != before
 
 
-def _differentiated(sig, graph, tensors):
+def _differentiated(sig, graph, tensors, changes):
     """(the parameters, the (input name, position) pairs, the flat result positions) to
-    differentiate: the parameters and inputs requiring grad that a floating result depends on
-    through floating values of differentiable ops, and the floating results that depend on
-    one of them so, as eager autograd sees them: an unused parameter's ``.grad`` stays None,
-    as does one read only by a comparison or through ``detach``, and a detached result has no
-    grad_fn. All empty: the call compiles for inference."""
+    differentiate: the parameters and inputs requiring grad (as the traced call left their
+    flags: ``changes``, a ``step.SlotChanges``) that a floating result depends on through
+    floating values of differentiable ops, and the floating results that depend on one of
+    them so, as eager autograd sees them: an unused parameter's ``.grad`` stays None, as does
+    one read only by a comparison or through ``detach``, and a detached result has no grad_fn.
+    All empty (always without grad mode): the call compiles for inference."""
+    if not sig.grad_enabled:
+        return [], [], []
     state = dict(sig.state)
+    flags = {name: flag for name, _, flag in changes.param_flags}
     requiring = {v.name for v in graph.params if v.kind == "param" and state.get(v.name)
-                 and state[v.name].requires_grad}
-    requiring |= {v.name for v, t in zip(graph.inputs, tensors) if t.requires_grad}
+                 and flags.get(v.name, state[v.name].requires_grad)}
+    inputs = [changes.requires_grad.get(i, t.requires_grad) for i, t in enumerate(tensors)]
+    requiring |= {v.name for v, flag in zip(graph.inputs, inputs) if flag}
     carries = set(requiring)  # values with a gradient path to something requiring grad
     for node in graph.nodes:
         if get_op(node.op).differentiable and any(v.name in carries for v in node.inputs):
@@ -587,8 +591,8 @@ def _differentiated(sig, graph, tensors):
                                                   if v.type.dtype.is_floating_point):
             reached |= {v.name for v in node.inputs}
     wrt_params = [v.name for v in graph.params if v.name in requiring and v.name in reached]
-    wrt_inputs = [(v.name, i) for i, (v, t) in enumerate(zip(graph.inputs, tensors))
-                  if t.requires_grad and v.name in reached]
+    wrt_inputs = [(v.name, i) for i, (v, flag) in enumerate(zip(graph.inputs, inputs))
+                  if flag and v.name in reached]
     return wrt_params, wrt_inputs, targets if (wrt_params or wrt_inputs) else []
 
 

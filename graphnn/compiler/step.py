@@ -33,7 +33,7 @@ class SlotChanges:
     input_grads: dict = field(default_factory=dict)  # output name -> position
     inputs_cleared: list = field(default_factory=list)  # positions whose .grad became None
     requires_grad: dict = field(default_factory=dict)  # position -> flag
-    param_flags: list = field(default_factory=list)  # (parameter, requires_grad it was left)
+    param_flags: list = field(default_factory=list)  # (name, parameter, flag it was left)
 
 
 def trace_function(fn, args, kwargs, step_state, name=None):
@@ -41,7 +41,8 @@ def trace_function(fn, args, kwargs, step_state, name=None):
     HyperInputs): the optimizers' hyper-parameters the step read became graph inputs
     (``hyper_inputs.py``), after the call's own inputs."""
     snapshot = step_state.snapshot()
-    flags = [(t, t.requires_grad) for _, t, kind in step_state.bindings() if kind == "param"]
+    flags = [(name, t, t.requires_grad) for name, t, kind in step_state.bindings()
+             if kind == "param"]
     before_slots = step_state.slots()
     before = {slot.name: slot.get() for slot in before_slots}
     changes = SlotChanges()
@@ -74,7 +75,7 @@ def trace_function(fn, args, kwargs, step_state, name=None):
                 changes.input_grads[name] = position
             if lifted.tensor.requires_grad != lifted.required_grad:
                 changes.requires_grad[position] = lifted.tensor.requires_grad
-        changes.param_flags = [(t, t.requires_grad) for t, flag in flags
+        changes.param_flags = [(name, t, t.requires_grad) for name, t, flag in flags
                                if t.requires_grad != flag]
         return rebound
 
@@ -87,6 +88,6 @@ def trace_function(fn, args, kwargs, step_state, name=None):
                                       input_grads=step_state.gradients)
     finally:
         step_state.restore(snapshot)
-        for t, flag in flags:
+        for _, t, flag in flags:
             t.requires_grad = flag
     return traced, changes, hypers

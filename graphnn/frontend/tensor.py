@@ -175,6 +175,7 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin, TensorSortin
         state = trace_state.active() if value and self._symbol is not None else None
         if state is not None and not state.requires_grad(self):
             state.made_leaves[id(self)] = self
+            state.held[id(self)] = [self._symbol]
         self._requires_grad = value
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
@@ -378,12 +379,14 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin, TensorSortin
         return apply1("cast", self, dtype=self.dtype)
 
     def contiguous(self) -> "Tensor":
-        """``self`` when it is contiguous (or symbolic: the IR has no layout), else a
-        differentiable C-ordered copy, as PyTorch's (``view`` needs one)."""
-        if self._symbol is not None or self.is_contiguous():
+        """``self`` when it is contiguous, else a differentiable C-ordered copy, as PyTorch's
+        (``view`` needs one). In a trace the layout is PyTorch's (``is_contiguous``): the copy
+        is a new tensor of the same value, which later writes to ``self`` do not reach."""
+        if self.is_contiguous():
             return self
         out = self.clone()
-        out._data = np.asarray(out._data, order="C")  # a fresh copy nothing else refers to
+        if self._symbol is None:
+            out._data = np.asarray(out._data, order="C")  # a fresh copy nothing else refers to
         return out
 
     def is_contiguous(self) -> bool:

@@ -136,7 +136,7 @@ class TraceState:
         self.state_names = {}  # id(tensor) -> "input 'x'" / "buffer 'bn.running_mean'"
         self.writes = []  # descriptions of inputs, parameters and buffers written in place
         self.initial = {}  # id(tensor) -> (tensor, Value): state bound before the trace ran
-        self.held = {}  # id(bound tensor) -> every Value it has held, in order
+        self.held = {}  # id(bound tensor or made leaf) -> every Value it has held, in order
         self.backward_request = None  # a traced loss.backward() (see traced_backward)
         self.foreign_writes = []  # concrete tensors written in place that are not bound state
         self.lifted_inputs = []  # a LiftedInput per tensor input, in graph-input order
@@ -177,6 +177,8 @@ class TraceState:
         """Give tensor ``t`` the Value ``value`` (symbolic tensors hold it, others are bound)."""
         if t._symbol is not None:
             t._symbol = value
+            if id(t) in self.made_leaves:
+                self.held[id(t)].append(value)
         else:
             self.bound[id(t)] = (t, value)
             self.held.setdefault(id(t), []).append(value)

@@ -128,8 +128,8 @@ def traced_backward(state, tensors, grad_tensors, inputs, create_graph) -> None:
     wanted = None if inputs is None else {id(t) for t in inputs}
     reached = _ancestors(value)
     lifted = {id(entry.tensor) for entry in state.lifted_inputs}
-    if any(state.value(t).name in reached for key, t in state.made_leaves.items()
-           if key not in lifted):
+    if any(v.name in reached for key in state.made_leaves if key not in lifted
+           for v in state.held[key]):
         raise UnsupportedError("graphnn.trace: backward() reaches a tensor the traced function "
                                "made and marked requires_grad (a leaf it creates, as a PGD "
                                "perturbation): its .grad cannot leave the trace")
