@@ -634,3 +634,41 @@ def test_contiguous_copy_is_not_an_alias_of_its_source():
     compiled = graphnn.compile(fn)
     y = graphnn.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
     np.testing.assert_array_equal(compiled(y).numpy(), fn(y).numpy())
+
+
+@pytest.mark.parametrize("when", ["input_after_use", "unfreeze_after_use", "input_off_after"])
+def test_a_flag_changed_after_a_use_counts_from_then_on(when):
+    """Eager autograd takes ``requires_grad`` at each use: marking the input or unfreezing
+    the weight after the forward used them gives them no gradient (the result may have no
+    grad_fn at all); turning the input's flag off after its use keeps the result's graph."""
+    ours, twin, _ = _linear_pair()
+
+    def forward_for(model):
+        def forward(x):
+            if when == "unfreeze_after_use":
+                model.weight.requires_grad_(False)
+            y = model(x).tanh()
+            if when == "input_after_use":
+                x.requires_grad_()
+            elif when == "unfreeze_after_use":
+                model.weight.requires_grad_(True)
+            else:
+                x.requires_grad_(False)
+            return y
+        return forward
+    compiled = graphnn.compile(forward_for(ours))
+    batch = _batches(1, (3, 4))[0]
+    for _ in range(2):
+        x, y = graphnn.tensor(batch), graphnn.tensor(batch)
+        for t in (x, y):
+            t.requires_grad_(when == "input_off_after")
+        got, expected = compiled(x), forward_for(twin)(y)
+        assert (got.grad_fn is None) == (expected.grad_fn is None)
+        if expected.grad_fn is not None:
+            got.sum().backward()
+            expected.sum().backward()
+        for a, b in [(x.grad, y.grad), (ours.weight.grad, twin.weight.grad),
+                     (ours.bias.grad, twin.bias.grad)]:
+            assert (a is None) == (b is None)
+            if a is not None:
+                np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)

@@ -457,7 +457,7 @@ class CompiledFunction:
                     return Entry(artifacts, launcher, random_, hypers, slots=changes,
                                  wrap_device=wrap_device)
             else:
-                wrt_params, wrt_inputs, targets = _differentiated(sig, graph, tensors, changes)
+                wrt_params, wrt_inputs, targets = _differentiated(sig, graph, changes)
                 if not targets:  # eager gives no result a grad_fn
                     built = stages.build(graph, "inference", *options)
 
@@ -562,22 +562,18 @@ def _changes_state_layout(changes, sig) -> bool:
     return (before - cleared) | set(changes.rebound) != before
 
 
-def _differentiated(sig, graph, tensors, changes):
+def _differentiated(sig, graph, changes):
     """(the parameters, the (input name, position) pairs, the flat result positions) to
-    differentiate: the parameters and inputs requiring grad (as the traced call left their
-    flags: ``changes``, a ``step.SlotChanges``) that a floating result depends on through
-    floating values of differentiable ops, and the floating results that depend on one of
-    them so, as eager autograd sees them: an unused parameter's ``.grad`` stays None, as does
-    one read only by a comparison or through ``detach``, and a detached result has no grad_fn.
-    All empty (always without grad mode): the call compiles for inference."""
+    differentiate: the parameters and inputs a differentiable op read while they required
+    grad (``changes.grad_leaves``: a flag changed inside the call counts from then on) that a
+    floating result depends on through floating values of differentiable ops, and the
+    floating results that depend on one of them so, as eager autograd sees them: an unused
+    parameter's ``.grad`` stays None, as does one read only by a comparison or through
+    ``detach``, and a detached result has no grad_fn. All empty (always without grad mode):
+    the call compiles for inference."""
     if not sig.grad_enabled:
         return [], [], []
-    state = dict(sig.state)
-    flags = {name: flag for name, _, flag in changes.param_flags}
-    requiring = {v.name for v in graph.params if v.kind == "param" and state.get(v.name)
-                 and flags.get(v.name, state[v.name].requires_grad)}
-    inputs = [changes.requires_grad.get(i, t.requires_grad) for i, t in enumerate(tensors)]
-    requiring |= {v.name for v, flag in zip(graph.inputs, inputs) if flag}
+    requiring = {v.name for v in graph.params + graph.inputs if v.name in changes.grad_leaves}
     carries = set(requiring)  # values with a gradient path to something requiring grad
     for node in graph.nodes:
         if get_op(node.op).differentiable and any(v.name in carries for v in node.inputs):
@@ -591,8 +587,8 @@ def _differentiated(sig, graph, tensors, changes):
                                                   if v.type.dtype.is_floating_point):
             reached |= {v.name for v in node.inputs}
     wrt_params = [v.name for v in graph.params if v.name in requiring and v.name in reached]
-    wrt_inputs = [(v.name, i) for i, (v, flag) in enumerate(zip(graph.inputs, inputs))
-                  if flag and v.name in reached]
+    wrt_inputs = [(v.name, i) for i, v in enumerate(graph.inputs)
+                  if v.name in requiring and v.name in reached]
     return wrt_params, wrt_inputs, targets if (wrt_params or wrt_inputs) else []
 
 

@@ -34,6 +34,9 @@ class SlotChanges:
     inputs_cleared: list = field(default_factory=list)  # positions whose .grad became None
     requires_grad: dict = field(default_factory=dict)  # position -> flag
     param_flags: list = field(default_factory=list)  # (name, parameter, flag it was left)
+    # graph parameter and input names of the leaves a differentiable op read while they
+    # required grad (what a caller's backward of the results can reach, as eagerly)
+    grad_leaves: set = field(default_factory=set)
 
 
 def trace_function(fn, args, kwargs, step_state, name=None):
@@ -77,6 +80,8 @@ def trace_function(fn, args, kwargs, step_state, name=None):
                 changes.requires_grad[position] = lifted.tensor.requires_grad
         changes.param_flags = [(name, t, t.requires_grad) for name, t, flag in flags
                                if t.requires_grad != flag]
+        changes.grad_leaves = {name for name, t, _ in flags if id(t) in state.grad_reads} | {
+            lifted.name for lifted in state.lifted_inputs if id(lifted.tensor) in state.grad_reads}
         return rebound
 
     hypers = HyperInputs()

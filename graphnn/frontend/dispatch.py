@@ -103,6 +103,8 @@ def _trace(state, op, inputs, attrs, out_types) -> tuple:
     grad = is_grad_enabled()
     if op.differentiable and grad and not op.view:
         inputs = [state.detached(t) if state.is_no_grad_view(t) else t for t in inputs]
+    if op.differentiable and grad:
+        state.grad_reads.update(id(t) for t in inputs if t.requires_grad)
     outs = state.record(op, inputs, attrs, out_types)
     if op.differentiable and any(state.from_grad(t) for t in inputs):
         if op.view and (not grad or any(state.is_no_grad_view(t) for t in inputs)):

@@ -175,7 +175,7 @@ class Tensor(TensorMathMixin, TensorInplaceMixin, TensorShapeMixin, TensorSortin
         state = trace_state.active() if value and self._symbol is not None else None
         if state is not None and not state.requires_grad(self):
             state.made_leaves[id(self)] = self
-            state.held[id(self)] = [self._symbol]
+            state.held.setdefault(id(self), []).append(self._symbol)
         self._requires_grad = value
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":

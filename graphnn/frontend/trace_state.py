@@ -143,6 +143,7 @@ class TraceState:
         self.grad_values = set()  # names of values computed with grad on from grad leaves
         self.no_grad_views = {}  # id -> view taken under no_grad of a tensor requiring grad
         self.made_leaves = {}  # id -> symbolic tensor the traced function made require grad
+        self.grad_reads = set()  # ids of leaves a differentiable op read while they required grad
 
     # ---- values -----------------------------------------------------------------------------
     def symbol(self, t):
