@@ -672,3 +672,15 @@ def test_a_flag_changed_after_a_use_counts_from_then_on(when):
             assert (a is None) == (b is None)
             if a is not None:
                 np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+
+
+def test_an_input_returned_as_it_is_keeps_its_gradient():
+    """A result that is the input itself (no op reads it): the caller's backward reaches it
+    (found by ``graphnn fuzz --backend triton``, seed 9332, after the per-use rule above)."""
+    def identity(x):
+        return (x,)
+    compiled = graphnn.compile(identity)
+    x = graphnn.tensor(_batches(1, (3, 4))[0]).requires_grad_()
+    (out,) = compiled(x)
+    (out * 2.0).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((3, 4), 2.0, np.float32))

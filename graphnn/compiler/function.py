@@ -457,7 +457,8 @@ class CompiledFunction:
                     return Entry(artifacts, launcher, random_, hypers, slots=changes,
                                  wrap_device=wrap_device)
             else:
-                wrt_params, wrt_inputs, targets = _differentiated(sig, graph, changes)
+                wrt_params, wrt_inputs, targets = _differentiated(sig, graph, tensors,
+                                                                  changes)
                 if not targets:  # eager gives no result a grad_fn
                     built = stages.build(graph, "inference", *options)
 
@@ -562,7 +563,20 @@ def _changes_state_layout(changes, sig) -> bool:
     return (before - cleared) | set(changes.rebound) != before
 
 
-def _differentiated(sig, graph, changes):
+def _returned_leaves(sig, graph, tensors, changes) -> set:
+    """Names of the parameters and inputs returned as results themselves while they require
+    grad (the flags the call left): eagerly the result is the leaf, which a caller's backward
+    reaches."""
+    results = {v.name for v in flatten_structure(graph.output("result")) if v is not None}
+    flags = {name: flag for name, _, flag in changes.param_flags}
+    state = dict(sig.state)
+    out = {v.name for v in graph.params if v.name in results and v.kind == "param"
+           and flags.get(v.name, state[v.name].requires_grad)}
+    return out | {v.name for i, (v, t) in enumerate(zip(graph.inputs, tensors))
+                  if v.name in results and changes.requires_grad.get(i, t.requires_grad)}
+
+
+def _differentiated(sig, graph, tensors, changes):
     """(the parameters, the (input name, position) pairs, the flat result positions) to
     differentiate: the parameters and inputs a differentiable op read while they required
     grad (``changes.grad_leaves``: a flag changed inside the call counts from then on) that a
@@ -574,6 +588,7 @@ def _differentiated(sig, graph, changes):
     if not sig.grad_enabled:
         return [], [], []
     requiring = {v.name for v in graph.params + graph.inputs if v.name in changes.grad_leaves}
+    requiring |= _returned_leaves(sig, graph, tensors, changes)
     carries = set(requiring)  # values with a gradient path to something requiring grad
     for node in graph.nodes:
         if get_op(node.op).differentiable and any(v.name in carries for v in node.inputs):
