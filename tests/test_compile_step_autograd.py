@@ -227,6 +227,14 @@ def _linear_pair():
     return ours, twin, theirs
 
 
+def _train_on(loss, opt):
+    """Backward of ``loss``, one optimizer step, gradients cleared; the loss, detached."""
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss.detach()
+
+
 def _view_of_a_no_grad_value(lib, model, opt):
     def step(x):
         with lib.no_grad():
@@ -245,10 +253,7 @@ def _loss_before_a_no_grad_write(lib, model, opt):
         loss = (model.weight * 3.0).sum() + (model.bias * x.sum()).sum()
         with lib.no_grad():
             model.weight.mul_(0.5)  # the backward still differentiates the tensor's use
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss.detach()
+        return _train_on(loss, opt)
     return step
 
 
@@ -258,10 +263,7 @@ def _alias_after_a_no_grad_write(lib, model, opt):
             model.weight.mul_(0.9)
         weight = model.weight.view(model.weight.shape)  # an identity view of the leaf
         loss = (x @ weight.t()).square().sum()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss.detach()
+        return _train_on(loss, opt)
     return step
 
 
@@ -271,10 +273,7 @@ def _no_grad_factor_of_an_activation(lib, model, opt):
         with lib.no_grad():
             factor = out.square()
         loss = (factor * out).sum()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss.detach()
+        return _train_on(loss, opt)
     return step
 
 
@@ -283,10 +282,7 @@ def _view_of_a_parameter_under_no_grad(lib, model, opt):
         with lib.no_grad():
             transposed = model.weight.t()  # requires no grad, as eagerly
         loss = (x @ transposed).sum() + model(x).square().sum()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss.detach()
+        return _train_on(loss, opt)
     return step
 
 
@@ -295,10 +291,7 @@ def _write_through_a_transposed_view(lib, model, opt):
         with lib.no_grad():
             model.weight.t()[1].mul_(0.5)  # the parameter stays a leaf
         loss = model(x).square().sum()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss.detach()
+        return _train_on(loss, opt)
     return step
 
 
@@ -471,6 +464,15 @@ def test_backward_of_a_loss_computed_under_no_grad_raises_as_eagerly():
             fn(x)
 
 
+def _runs_eagerly_with_a_made_leaf(step):
+    """``step`` compiled runs eagerly, warning of the leaf it makes, with eager's result."""
+    compiled = graphnn.compile(step)
+    x = graphnn.tensor(_batches(1, (3, 4))[0])
+    with pytest.warns(CompileWarning, match="made and marked requires_grad"):
+        got = compiled(x)
+    np.testing.assert_allclose(got.numpy(), step(x).numpy(), rtol=1e-6)
+
+
 @pytest.mark.parametrize("make", [lambda x: graphnn.zeros_like(x), lambda x: x.clone()],
                          ids=["zeros_like", "clone_of_the_input"])
 def test_a_leaf_the_step_makes_runs_eagerly_and_says_why(make):
@@ -485,11 +487,7 @@ def test_a_leaf_the_step_makes_runs_eagerly_and_says_why(make):
         model(x + delta).sum().backward()
         model.zero_grad()
         return delta.grad
-    compiled = graphnn.compile(step)
-    x = graphnn.tensor(_batches(1, (3, 4))[0])
-    with pytest.warns(CompileWarning, match="made and marked requires_grad"):
-        got = compiled(x)
-    np.testing.assert_allclose(got.numpy(), step(x).numpy())
+    _runs_eagerly_with_a_made_leaf(step)
 
 
 def test_requires_grad_on_a_tensor_that_already_requires_it_still_compiles():
@@ -616,11 +614,7 @@ def test_a_leaf_the_step_makes_and_writes_under_no_grad_runs_eagerly():
         loss.backward()
         model.zero_grad()
         return delta.grad
-    compiled = graphnn.compile(step)
-    x = graphnn.tensor(_batches(1, (3, 4))[0])
-    with pytest.warns(CompileWarning, match="made and marked requires_grad"):
-        got = compiled(x)
-    np.testing.assert_allclose(got.numpy(), step(x).numpy(), rtol=1e-6)
+    _runs_eagerly_with_a_made_leaf(step)
 
 
 def test_contiguous_copy_is_not_an_alias_of_its_source():
