@@ -50,6 +50,7 @@ from . import stages
 from . import step as compiled_step
 from .call import flatten_call, recording
 from .dynamic_sizes import SizeFamily, sizes_env
+from .differentiated import differentiated
 from .entry import Entry
 from .random_inputs import RandomInputs, lift_random
 from .results import detached
@@ -64,8 +65,6 @@ from ..frontend.random import get_rng_state, set_rng_state
 from ..frontend.tensor import Tensor
 from ..frontend.tracer import has_input_grad, input_grad_name
 from ..codegen.triton.gemm import with_float32_matmul_precision
-from ..ir.graph import flatten_structure
-from ..ir.registry import get_op
 from ..ir.symbolic import current_env
 from ..nn import hooks as H
 from ..nn.call import root_forward
@@ -457,8 +456,7 @@ class CompiledFunction:
                     return Entry(artifacts, launcher, random_, hypers, slots=changes,
                                  wrap_device=wrap_device)
             else:
-                wrt_params, wrt_inputs, targets = _differentiated(sig, graph, tensors,
-                                                                  changes)
+                wrt_params, wrt_inputs, targets = differentiated(sig, graph, tensors, changes)
                 if not targets:  # eager gives no result a grad_fn
                     built = stages.build(graph, "inference", *options)
 
@@ -561,50 +559,6 @@ def _changes_state_layout(changes, sig) -> bool:
     before = {name for name, _ in sig.state}
     cleared = {slot.name for slot in changes.cleared}
     return (before - cleared) | set(changes.rebound) != before
-
-
-def _returned_leaves(sig, graph, tensors, changes) -> set:
-    """Names of the parameters and inputs returned as results themselves while they require
-    grad (the flags the call left): eagerly the result is the leaf, which a caller's backward
-    reaches."""
-    results = {v.name for v in flatten_structure(graph.output("result")) if v is not None}
-    flags = {name: flag for name, _, flag in changes.param_flags}
-    state = dict(sig.state)
-    out = {v.name for v in graph.params if v.name in results and v.kind == "param"
-           and flags.get(v.name, state[v.name].requires_grad)}
-    return out | {v.name for i, (v, t) in enumerate(zip(graph.inputs, tensors))
-                  if v.name in results and changes.requires_grad.get(i, t.requires_grad)}
-
-
-def _differentiated(sig, graph, tensors, changes):
-    """(the parameters, the (input name, position) pairs, the flat result positions) to
-    differentiate: the parameters and inputs a differentiable op read while they required
-    grad (``changes.grad_leaves``: a flag changed inside the call counts from then on) that a
-    floating result depends on through floating values of differentiable ops, and the
-    floating results that depend on one of them so, as eager autograd sees them: an unused
-    parameter's ``.grad`` stays None, as does one read only by a comparison or through
-    ``detach``, and a detached result has no grad_fn. All empty (always without grad mode):
-    the call compiles for inference."""
-    if not sig.grad_enabled:
-        return [], [], []
-    requiring = {v.name for v in graph.params + graph.inputs if v.name in changes.grad_leaves}
-    requiring |= _returned_leaves(sig, graph, tensors, changes)
-    carries = set(requiring)  # values with a gradient path to something requiring grad
-    for node in graph.nodes:
-        if get_op(node.op).differentiable and any(v.name in carries for v in node.inputs):
-            carries |= {v.name for v in node.outputs if v.type.dtype.is_floating_point}
-    flat = flatten_structure(graph.output("result"))
-    targets = [i for i, v in enumerate(flat) if v is not None and v.name in carries
-               and v.type.dtype.is_floating_point]
-    reached = {flat[i].name for i in targets}
-    for node in reversed(graph.nodes):  # gradients flow back through differentiable ops
-        if get_op(node.op).differentiable and any(v.name in reached for v in node.outputs
-                                                  if v.type.dtype.is_floating_point):
-            reached |= {v.name for v in node.inputs}
-    wrt_params = [v.name for v in graph.params if v.name in requiring and v.name in reached]
-    wrt_inputs = [(v.name, i) for i, v in enumerate(graph.inputs)
-                  if v.name in requiring and v.name in reached]
-    return wrt_params, wrt_inputs, targets if (wrt_params or wrt_inputs) else []
 
 
 def compile(fn_or_module, backend=None, passes=None, disable=None, dynamic=False,
