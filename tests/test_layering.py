@@ -22,6 +22,9 @@ ALLOWED["utils"] = {"ir", "frontend", "utils"}
 ALLOWED["distributed"] = {"ir", "frontend", "distributed"}  # frontend-level collectives
 ALLOWED["nn"].add("distributed"); ALLOWED["utils"].add("distributed")  # DDP, sampler
 ALLOWED["tools"] = set(ALLOWED) | {"tools"}
+for _layer in ALLOWED:  # the bottom layer: native loops and the private-directory checks
+    ALLOWED[_layer].add("native")
+ALLOWED["native"] = {"native"}
 BACKENDS = sorted(p.name for p in (ROOT / "codegen").iterdir()
                   if p.is_dir() and (p / "__init__.py").exists())
 

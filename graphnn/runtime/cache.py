@@ -36,7 +36,8 @@ import warnings
 from dataclasses import dataclass
 
 from .atomic_file import write_atomically
-from .private_dir import make_private_dir, why_untrusted_dir, why_untrusted_file
+from ..native.private_dir import (cache_dir, make_private_dir, why_untrusted_dir,
+                                  why_untrusted_file)
 
 log = logging.getLogger("graphnn")
 
@@ -66,11 +67,6 @@ _memory: dict = {}  # key -> (source, kernel)
 _warned: set = set()  # cache directories a KernelCacheWarning was given for
 _fallback_dir = None  # this process's private directory, once made
 _lock = threading.Lock()
-
-
-def cache_dir() -> str:
-    return os.environ.get("GRAPHNN_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "graphnn")
 
 
 def cache_key(graph_text: str, backend_version: str, options: str = "") -> str:

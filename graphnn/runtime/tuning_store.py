@@ -18,7 +18,7 @@ import re
 
 from .atomic_file import write_atomically
 from .cache import trusted_cache_dir
-from .private_dir import why_untrusted_file
+from ..native.private_dir import why_untrusted_file
 from ..codegen.triton import autotune
 
 log = logging.getLogger("graphnn")

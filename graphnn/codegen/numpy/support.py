@@ -20,6 +20,7 @@ from graphnn.ir.ops.normalization import (layer_norm_backward_rows,  # noqa: F40
                                          layer_norm_rows)
 from graphnn.ir.ops.pool import first_taps_inside
 from graphnn.ir.ops.reductions import float_sum
+from graphnn.native import loops
 
 from .common import activate_, epilogue_, fresh, scratch
 from .conv import conv2d, conv2d_input_grad, conv2d_weight_grad  # noqa: F401
@@ -493,6 +494,9 @@ def softmax(x, dim, out=None, keep=None, fill=None):
     d = dim % x.ndim
     if out is None:
         out = np.empty_like(x)
+    native = _native_softmax(x, d, out, keep, fill)
+    if native is not None:
+        return native
     if keep is not None:
         bits = np.dtype(f"u{x.itemsize}")
         fill = np.asarray(fill, x.dtype)
@@ -511,6 +515,41 @@ def softmax(x, dim, out=None, keep=None, fill=None):
     total = float_sum(out, (d,), True)
     split(lambda lo, hi: np.true_divide(out[lo:hi], total[lo:hi], out=out[lo:hi]),
           x.shape[0], work)
+    return out
+
+
+def _native_softmax(x, d, out, keep, fill):
+    """``softmax``'s result by the native loops where they are built and apply (float32,
+    C-contiguous, the last axis, rows not empty, ``keep`` None or C-contiguous and broadcast
+    along leading dims only), else None: the select, the rows' maxima and ``x - max`` in one
+    loop, NumPy's ``exp`` and ``float_sum``, the division in another loop (threads split the
+    rows as ``softmax`` does). The same values bit for bit."""
+    native = loops()
+    cols = x.shape[-1] if x.ndim else 0
+    if native is None or x.dtype != np.float32 or d != x.ndim - 1 or not cols \
+            or not x.flags.c_contiguous or not out.flags.c_contiguous:
+        return None
+    keep_rows, keep_at, fill_value = 1, None, np.float32(0)
+    if keep is not None:
+        trailing = keep.shape[next((i for i, n in enumerate(keep.shape) if n != 1),
+                                   keep.ndim):]
+        if keep.dtype != np.bool_ or not keep.flags.c_contiguous or not trailing \
+                or trailing != x.shape[x.ndim - len(trailing):]:
+            return None
+        keep_rows, keep_at = math.prod(trailing[:-1]), keep.ctypes.data
+        fill_value = np.float32(fill)
+    rows = x.size // cols
+    x2, out2 = x.reshape(rows, cols), out.reshape(rows, cols)
+
+    def exponentials(lo, hi):
+        native.shift_rows_f32(x2[lo:hi].ctypes.data, keep_at, keep_rows, lo, fill_value,
+                              out2[lo:hi].ctypes.data, hi - lo, cols)
+        np.exp(out2[lo:hi], out=out2[lo:hi])
+    work = x.size if x.ndim > 1 else 0
+    split(exponentials, rows, work)
+    total = np.ascontiguousarray(float_sum(out, (d,), True)).reshape(rows)
+    split(lambda lo, hi: native.divide_rows_f32(out2[lo:hi].ctypes.data, total[lo:].ctypes.data,
+                                                hi - lo, cols), rows, work)
     return out
 
 

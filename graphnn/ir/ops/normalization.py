@@ -23,7 +23,10 @@ BLAS matrix-vector products (``rows @ ones``, ``rows @ weight``, ``ones @ rows``
 dot products ``einsum``, so a forward is three passes over the rows plus the affine's two, and a
 backward with a weight six, where the registry ops make about twelve and nineteen. They compute
 the decomposition's formula in its order of operations but for the sums' order and the order of
-a product of three (float rounding). float16 and bfloat16 compute in float32.
+a product of three (float rounding). float16 and bfloat16 compute in float32. In float32, the
+passes between the sums run in the native loops where they are built (``graphnn.native``): the
+centring, then the scaling by rstd with the affine, in two loops; the input gradient's five
+passes in one; the same operations, so the same bits.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ import math
 
 import numpy as np
 
+from ...native import loops
 from ..dtypes import compute_np
 from ..errors import AttributeError_, DTypeError, ShapeError
 from ..registry import Attr, OpDef, OpGroup, register
@@ -81,24 +85,36 @@ def layer_norm_rows(x, weight=None, bias=None, *, normalized_dims, eps, out=None
     weight (then without a bias) y is normalized: one array, ``out`` (``out_normalized`` is
     not written)."""
     ct = compute_np(x.dtype)
+    native = loops() if ct == np.float32 else None
     rows = _as_rows(x, normalized_dims, ct)
     count = ct.type(rows.shape[1])
     centered = _target(out if weight is None else out_normalized, rows.shape, ct)
     mean = np.true_divide(rows @ ones_vector(rows.shape[1], ct), count)
-    np.subtract(rows, mean[:, None], out=centered)
+    if native is not None:  # (the sums above see the rows as NumPy's code does: its bits)
+        native.sub_rows_f32(np.ascontiguousarray(rows).ctypes.data, mean.ctypes.data,
+                            centered.ctypes.data, *rows.shape)
+    else:
+        np.subtract(rows, mean[:, None], out=centered)
     var = np.true_divide(_row_dot(centered, centered), count)
     np.add(var, ct.type(eps), out=var)
     rstd = np.true_divide(ct.type(1), np.sqrt(var, out=var), out=var)
-    np.multiply(centered, rstd[:, None], out=centered)
+    w, b = (None if a is None else np.ascontiguousarray(a, ct).reshape(-1)
+            for a in (weight, bias))
+    y = None if weight is None else _target(out, rows.shape, ct)
+    if native is not None:
+        native.normalize_rows_f32(centered.ctypes.data, rstd.ctypes.data, *(
+            None if a is None else a.ctypes.data for a in (w, b, y)), *rows.shape)
+    else:
+        np.multiply(centered, rstd[:, None], out=centered)
+        if w is not None:
+            np.multiply(centered, w, out=y)
+            if b is not None:
+                np.add(y, b, out=y)
     rstd_shape = x.shape[:x.ndim - normalized_dims] + (1,) * normalized_dims
     rstd = _deliver(rstd, rstd_shape, x.dtype, out_rstd)
     if weight is None:
         y = _deliver(centered, x.shape, x.dtype, out)
         return y, y, rstd
-    y = _target(out, rows.shape, ct)
-    np.multiply(centered, np.asarray(weight, ct).reshape(-1), out=y)
-    if bias is not None:
-        np.add(y, np.asarray(bias, ct).reshape(-1), out=y)
     return (_deliver(y, x.shape, x.dtype, out),
             _deliver(centered, x.shape, x.dtype, out_normalized), rstd)
 
@@ -110,35 +126,50 @@ def layer_norm_backward_rows(g, normalized, rstd, weight=None, *, normalized_dim
     ``out``, ``out_weight`` and ``out_bias`` when given (``out`` may not share memory with
     ``g`` or ``normalized``). ``affine=False``: dweight and dbias are not computed (None)."""
     ct = compute_np(g.dtype)
+    native = loops() if ct == np.float32 else None
     grad, norm = _as_rows(g, normalized_dims, ct), _as_rows(normalized, normalized_dims, ct)
-    scale = np.asarray(rstd, ct).reshape(-1)
+    scale = np.ascontiguousarray(rstd, ct).reshape(-1)
     count = ct.type(grad.shape[1])
     dx = _target(out, grad.shape, ct)
     dweight = dbias = None
     leading = ones_vector(grad.shape[0], ct)
+    w = None if weight is None else np.ascontiguousarray(weight, ct).reshape(-1)
     if weight is None:
         mean = np.true_divide(grad @ ones_vector(grad.shape[1], ct), count)
         projection = np.true_divide(_row_dot(grad, norm), count)
         if affine:
             dweight, dbias = leading @ (grad * norm), leading @ grad
-        np.multiply(norm, projection[:, None], out=dx)
-        np.subtract(grad, dx, out=dx)
     else:
-        w = np.asarray(weight, ct).reshape(-1)
         weighted = grad * norm
         mean = np.true_divide(grad @ w, count)
         projection = np.true_divide(weighted @ w, count)
         if affine:
             dweight, dbias = leading @ weighted, leading @ grad
-        np.multiply(grad, w, out=dx)
-        np.multiply(norm, projection[:, None], out=weighted)
-        np.subtract(dx, weighted, out=dx)
-    np.subtract(dx, mean[:, None], out=dx)
-    np.multiply(dx, scale[:, None], out=dx)
+    if native is not None:
+        grad, norm = np.ascontiguousarray(grad), np.ascontiguousarray(norm)
+        native.layer_norm_dx_f32(grad.ctypes.data, norm.ctypes.data,
+                                 None if w is None else w.ctypes.data, projection.ctypes.data,
+                                 mean.ctypes.data, scale.ctypes.data, dx.ctypes.data,
+                                 *grad.shape)
+    else:
+        _input_gradient(grad, norm, w, projection, mean, scale, dx)
     affine_shape = g.shape[g.ndim - normalized_dims:]
     return (_deliver(dx, g.shape, g.dtype, out),
             None if dweight is None else _deliver(dweight, affine_shape, g.dtype, out_weight),
             None if dbias is None else _deliver(dbias, affine_shape, g.dtype, out_bias))
+
+
+def _input_gradient(grad, norm, w, projection, mean, scale, dx) -> None:
+    """dx = ((h - norm * projection) - mean) * scale by rows, h = grad * w (grad without
+    ``w``), in NumPy passes (the native ``layer_norm_dx_f32`` is one loop of them)."""
+    if w is None:
+        np.multiply(norm, projection[:, None], out=dx)
+        np.subtract(grad, dx, out=dx)
+    else:
+        np.multiply(grad, w, out=dx)
+        np.subtract(dx, np.multiply(norm, projection[:, None]), out=dx)
+    np.subtract(dx, mean[:, None], out=dx)
+    np.multiply(dx, scale[:, None], out=dx)
 
 
 # ---- the ops --------------------------------------------------------------------------------------

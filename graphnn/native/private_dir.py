@@ -12,7 +12,8 @@ The kernel cache imports the files it finds, so it loads only those that pass th
   group or others.
 
 Each returns None for trusted, else a sentence saying why not. ``make_private_dir`` creates a
-directory and its missing parents with mode 0700. The owner is compared with ``os.getuid()``,
+directory and its missing parents with mode 0700. ``cache_dir()`` is where graphnn keeps what it
+caches on disk (kernels, tuning results, the native loops' library). The owner is compared with ``os.getuid()``,
 read at every check. Where there is no ``os.getuid`` (Windows) nothing is checked: the checks
 return None and directories are created with the platform's default access.
 """
@@ -22,6 +23,12 @@ import os
 import stat
 
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def cache_dir() -> str:
+    """``$GRAPHNN_CACHE_DIR``, default ``~/.cache/graphnn`` (not created here)."""
+    return os.environ.get("GRAPHNN_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "graphnn")
 
 
 def make_private_dir(path) -> None:
