@@ -182,14 +182,15 @@ def test_library_is_built_once_into_the_cache_with_private_modes(fresh_library, 
     assert not stat.S_IMODE(fresh_library.stat().st_mode) & 0o077
     assert list(fresh_library.iterdir()) == built  # no temporary left beside it
     monkeypatch.setattr(library, "_loaded", None)  # a later process finds it and builds nothing
-    monkeypatch.setattr(library, "_build", lambda cc, path: pytest.fail("built again"))
+    monkeypatch.setattr(library, "_build", lambda *args: pytest.fail("built again"))
     assert library.loops() is not None
 
 
 def _planted(directory, content: bytes, mode: int):
     """A file where ``loops()`` looks for its library, holding ``content``, mode ``mode``."""
     directory.mkdir(parents=True, mode=0o700)
-    path = directory / library.library_name(library.compiler())
+    source = open(library.SOURCE, encoding="utf-8").read()
+    path = directory / library.library_name(source, library.compiler(), "loops")
     path.write_bytes(content)
     path.chmod(mode)
     return path
@@ -240,5 +241,21 @@ def test_a_failed_build_is_logged_and_leaves_numpy(fresh_library, monkeypatch, c
                         lambda name: "/bin/false" if name == "false" else None)
     with caplog.at_level(logging.WARNING, logger="graphnn"):
         assert library.loops() is None
-    assert "native loops are off" in caplog.text
+    assert "native loops of 'loops' are off" in caplog.text
     assert not list(fresh_library.glob("*"))  # nothing half-built left
+
+
+@needs_native
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("shape", [(1,), (5, 3), (16, 64, 128), (2, 1, 7)])
+def test_gemm_epilogue_bias_native_bits_equal_numpy(residual, shape, monkeypatch):
+    from graphnn.codegen.numpy import common
+    rng = np.random.default_rng(shape[-1] + residual)
+    out = _special_values(rng, shape, 2.0)
+    bias = _special_values(rng, shape[-1:], 1e30)
+    res = _special_values(rng, shape, 1e38) if residual else None
+    with np.errstate(all="ignore"):
+        native = common.epilogue_(out.copy(), bias, (-1,), res, "none")
+        monkeypatch.setattr(common, "loops", lambda: None)
+        numpy_only = common.epilogue_(out.copy(), bias, (-1,), res, "none")
+    _same_bits(native, numpy_only)

@@ -1,18 +1,21 @@
-"""Building and loading ``loops.c``: ``loops()`` returns its functions, or None.
+"""Building and loading native code: ``loops()`` (the functions of ``loops.c``) and
+``compile_source`` (any C text of graphnn's own: ``loops.c``, and the fused elementwise chains
+the NumPy backend generates per kernel, ``codegen/numpy/chains.py``).
 
-The library is built once per machine with the system's C compiler (``$CC``, else ``cc``,
-``gcc`` or ``clang`` on the path) into ``<cache dir>/native/loops-<key>.so``, the key a sha256
-of the source, the compiler, its flags and the platform, and loaded from there by later
-processes. The file is written as the kernel cache writes its entries: compiled under a
-temporary name in that directory, then renamed, so a reader never sees part of one. It is
-loaded only when the directory and the file pass ``private_dir``'s checks (this user's, not
-writable by group or others); where the cache directory fails them, the library is built in a
-directory of this process (removed at exit) instead.
+A library is built once per machine with the system's C compiler (``$CC``, else ``cc``,
+``gcc`` or ``clang`` on the path) into ``<cache dir>/native/<stem>-<key>.so``, the key a
+sha256 of the source, the compiler, its flags and the platform, and loaded from there by later
+processes. It is written as the kernel cache writes its entries: compiled under a temporary
+name in that directory, then renamed, so a reader never sees part of one. It is loaded only
+when the directory and the file pass ``private_dir``'s checks (this user's, not writable by
+group or others); where the cache directory fails them, libraries are built in a directory of
+this process (removed at exit) instead. The sources hold no user data (numbers and graphnn's
+own identifiers only).
 
-``loops()`` is None, and the callers run their NumPy code, when ``GRAPHNN_NATIVE=0`` is set,
-when no compiler is found, or when the build or the load fails (logged once). The loops compute
-what that NumPy code computes bit for bit (``loops.c``), so whether they run changes the time a
-call takes, never its values.
+``loops()`` and ``compile_source`` give None, and the callers run their NumPy code, when
+``GRAPHNN_NATIVE=0`` is set, when no compiler is found, or when the build or the load fails
+(logged). The native code computes what that NumPy code computes bit for bit (``loops.c``), so
+whether it runs changes the time a call takes, never its values.
 """
 from __future__ import annotations
 
@@ -36,7 +39,9 @@ log = logging.getLogger("graphnn")
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "loops.c")
 # no contraction into fused multiply-adds and no fast-math: each operation rounds as NumPy's;
 # no trapping math: selects between computed values vectorize (NumPy runs with traps off too)
-FLAGS = ("-O3", "-shared", "-fPIC", "-ffp-contract=off", "-fno-fast-math", "-fno-trapping-math")
+# no errno from math functions: sqrtf is one instruction (its values are the same)
+FLAGS = ("-O3", "-shared", "-fPIC", "-ffp-contract=off", "-fno-fast-math", "-fno-trapping-math",
+         "-fno-math-errno")
 _BUILD_SECONDS = 120
 
 _P, _N, _F = ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_float
@@ -50,6 +55,7 @@ SIGNATURES = {
     "layer_norm_dx_f32": ([_P, _P, _P, _P, _P, _P, _P, _N, _N], None),
     "shift_rows_f32": ([_P, _P, _N, _N, _F, _P, _N, _N], None),
     "divide_rows_f32": ([_P, _P, _N, _N], None),
+    "add_bias_rows_f32": ([_P, _P, _P, _N, _N], None),
 }
 
 _lock = threading.Lock()
@@ -65,7 +71,6 @@ class Loops:
             function = getattr(library, name)
             function.argtypes, function.restype = argtypes, restype
             setattr(self, name, function)
-        self.library = library
 
 
 def loops():
@@ -74,7 +79,9 @@ def loops():
     if _loaded is None:
         with _lock:
             if _loaded is None:
-                _loaded = _load() or False
+                with open(SOURCE, encoding="utf-8") as f:
+                    library = compile_source(f.read(), "loops")
+                _loaded = Loops(library) if library is not None else False
     return _loaded or None
 
 
@@ -93,38 +100,36 @@ def compiler():
     return None
 
 
-def library_name(cc: str) -> str:
-    """The file name of the library built by ``cc`` from the current source."""
-    h = hashlib.sha256()
-    with open(SOURCE, "rb") as f:
-        h.update(f.read())
+def library_name(source: str, cc: str, stem: str) -> str:
+    """The file name of the library ``cc`` builds from ``source``: ``<stem>-<key>.so``."""
+    h = hashlib.sha256(source.encode())
     for part in (cc, *FLAGS, platform.machine(), sys.platform):
         h.update(b"\0" + part.encode())
-    return f"loops-{h.hexdigest()[:24]}.so"
+    return f"{stem}-{h.hexdigest()[:24]}.so"
 
 
-def _load():
-    """The loaded ``Loops``, or None (off, no compiler, or a failure: logged)."""
+def compile_source(source: str, stem: str):
+    """The ``ctypes.CDLL`` of C ``source`` (graphnn's own text: ``loops.c``, or the fused
+    chains a NumPy kernel generates, which embed no user data), built once per machine into
+    the cache and loaded from there; None when native code is off, no compiler is found, or
+    the build or the load fails (logged)."""
     if not enabled():
         return None
     cc = compiler()
     if cc is None:
-        log.info("graphnn: no C compiler found; the native loops are off (NumPy runs them)")
+        log.info("graphnn: no C compiler found; native loops are off (NumPy runs them)")
         return None
-    name = library_name(cc)
     try:
-        directory = _trusted_dir()
-        path = os.path.join(directory, name)
+        path = os.path.join(_trusted_dir(), library_name(source, cc, stem))
         if not os.path.exists(path) or why_untrusted_file(path) is not None:
-            _build(cc, path)
+            _build(cc, source, path)
         try:
-            library = ctypes.CDLL(path)
+            return ctypes.CDLL(path)
         except OSError:  # a damaged file: built again, once
-            _build(cc, path)
-            library = ctypes.CDLL(path)
-        return Loops(library)
-    except (OSError, subprocess.SubprocessError, AttributeError) as e:
-        log.warning("graphnn: the native loops are off (NumPy runs them): %s", e)
+            _build(cc, source, path)
+            return ctypes.CDLL(path)
+    except (OSError, subprocess.SubprocessError) as e:
+        log.warning("graphnn: the native loops of %r are off (NumPy runs them): %s", stem, e)
         return None
 
 
@@ -149,17 +154,20 @@ def _private_dir() -> str:
     return _private
 
 
-def _build(cc: str, path: str) -> None:
-    """Compile the source into ``path`` (mode 0700) through a temporary file beside it.
+def _build(cc: str, source: str, path: str) -> None:
+    """Compile ``source`` into ``path`` (mode 0700) through temporary files beside it.
     Raises OSError or SubprocessError with the compiler's message."""
-    tmp = os.path.join(os.path.dirname(path), f".{uuid.uuid4().hex[:12]}.tmp.so")
+    stem = os.path.join(os.path.dirname(path), f".{uuid.uuid4().hex[:12]}.tmp")
     try:
-        done = subprocess.run([cc, *FLAGS, "-o", tmp, SOURCE], capture_output=True, text=True,
-                              timeout=_BUILD_SECONDS)
+        with open(stem + ".c", "w", encoding="utf-8") as f:
+            f.write(source)
+        done = subprocess.run([cc, *FLAGS, "-o", stem + ".so", stem + ".c"],
+                              capture_output=True, text=True, timeout=_BUILD_SECONDS)
         if done.returncode != 0:
             raise OSError(f"{cc} failed: {done.stderr.strip()[:2000]}")
-        os.chmod(tmp, 0o700)
-        os.replace(tmp, path)
+        os.chmod(stem + ".so", 0o700)
+        os.replace(stem + ".so", path)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for leftover in (stem + ".c", stem + ".so"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)

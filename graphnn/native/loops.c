@@ -250,3 +250,24 @@ void divide_rows_f32(float *out, const float *total, ptrdiff_t rows, ptrdiff_t c
             o[c] = o[c] / t;
     }
 }
+
+/* ---- a GEMM's epilogue (graphnn/codegen/numpy/common.py) ------------------------------------ */
+
+/* out = out + bias[col], then + residual where `residual` is given (not NULL). */
+VECTOR_LOOP
+void add_bias_rows_f32(float *out, const float *bias, const float *residual, ptrdiff_t rows,
+                       ptrdiff_t cols) {
+    for (ptrdiff_t r = 0; r < rows; r++) {
+        float *o = out + r * cols;
+        if (residual == NULL) {
+            for (ptrdiff_t c = 0; c < cols; c++)
+                o[c] = o[c] + bias[c];
+        } else {
+            const float *res = residual + r * cols;
+            for (ptrdiff_t c = 0; c < cols; c++) {
+                float v = o[c] + bias[c];
+                o[c] = v + res[c];
+            }
+        }
+    }
+}

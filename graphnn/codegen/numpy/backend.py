@@ -34,6 +34,7 @@ from graphnn.ir import OpGroup, get_op
 from graphnn.ir.dtypes import DType
 from graphnn.ir.schedule import Schedule
 
+from .chains import c_source, emit_chain, find_chains
 from .common import is_uniform
 from ...ir.symbolic import Sym, current_env, graph_symbols
 from .lowerings import Lowered, lowering_for
@@ -145,6 +146,8 @@ class _Context:
         self.names = _Names()
         self.memory = Placement(graph, nodes, plan, self.names)
         self.node_index = -1
+        self.chain_functions: list[str] = []  # fused chains' C (``chains.emit_chain``)
+        self.chain_bindings: list[str] = []  # and their ``_rt.Chain`` objects
 
     def bind(self, name: str, source: str) -> str:
         if name not in self.bound:
@@ -292,8 +295,18 @@ def generate(schedule: Schedule, plan=None, kernel_id: str | None = None) -> str
         consts.append(f"{ident} = {_constant(v.data)}  # const %{comment_text(v.name)}: {v.type}")
     scratch_at = len(body)
     hoisted = _constant_nodes(graph)
+    chains = find_chains(order, ctx, hoisted)
+    in_chain = {i for run in chains.values() for i in run[1:]}
     folded = None  # (index, node) whose result the next statement computes
     for index, (kernel, node) in enumerate(order):
+        if index in in_chain:
+            continue
+        if index in chains:
+            if kernel is not None and len(kernel.nodes) > 1 and node is kernel.nodes[0]:
+                body.append(_kernel_header(kernel))
+            body += emit_chain(chains[index], order, ctx,
+                               lambda n, kernel=kernel: _comment(n, kernel=kernel))
+            continue
         ctx.node_index = index
         args = [names.of[v.name] for v in node.inputs]
         outs = [names.add(v.name) for v in node.outputs]
@@ -320,6 +333,10 @@ def generate(schedule: Schedule, plan=None, kernel_id: str | None = None) -> str
         if folded:
             ctx.memory.after(*folded, False)
             folded = None
+    if ctx.chain_functions:  # the chains' C, one repr() per line, built (or found) at load
+        ctx.header += ["_chains = _rt.chain_library(", *(
+            f"    {line!r}" for line in c_source(ctx.chain_functions).splitlines(True)), ")"]
+        ctx.header += ctx.chain_bindings
     memory = ctx.memory
     header, allocate = memory.allocation(kernel_id, literal)
     body[scratch_at:scratch_at] = allocate

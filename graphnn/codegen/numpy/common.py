@@ -1,6 +1,7 @@
 """Helpers the NumPy backend shares: scratch arrays kept across calls, result arrays recycled
 once no one holds them, a fast exact relu, an exact GELU without temporaries, the fused ops' epilogue
-(bias, residual, activation) applied in place, and the test for a constant of one value."""
+(bias, residual, activation) applied in place (the bias and residual by a native loop where
+``graphnn.native`` has one), and the test for a constant of one value."""
 from __future__ import annotations
 
 import math
@@ -11,6 +12,7 @@ import numpy as np
 from graphnn.ir import get_op
 from graphnn.ir.ops.epilogue import ACTIVATION_OPS
 from graphnn.ir.ops.erf import erf
+from graphnn.native import loops
 
 
 def is_uniform(array) -> bool:
@@ -119,9 +121,30 @@ def activate_(out, activation: str, source=None):
 
 
 def epilogue_(out, bias, bias_shape, residual, activation):
-    """``act(out + bias + residual)`` in place, in the reference's order."""
-    if bias is not None:
-        out += bias.reshape(bias_shape)
-    if residual is not None:
-        out += residual
+    """``act(out + bias + residual)`` in place, in the reference's order (a bias along the
+    last dim and the residual in one native loop where it applies: the same bits)."""
+    if not _native_bias(out, bias, bias_shape, residual):
+        if bias is not None:
+            out += bias.reshape(bias_shape)
+        if residual is not None:
+            out += residual
     return activate_(out, activation)
+
+
+def _native_bias(out, bias, bias_shape, residual) -> bool:
+    """Adds the bias along the last dim (and the residual) to ``out`` by the native loop and
+    returns True where the loops are built and every array is C-contiguous float32 (the
+    residual of out's shape); else False, having done nothing."""
+    native = loops()
+    if native is None or bias is None or bias_shape != (-1,) or out.dtype != np.float32 \
+            or bias.dtype != np.float32 or not out.flags.c_contiguous or not out.size \
+            or not out.ndim or bias.size != out.shape[-1]:
+        return False
+    if residual is not None and (residual.dtype != np.float32 or residual.shape != out.shape
+                                 or not residual.flags.c_contiguous):
+        return False
+    bias = np.ascontiguousarray(bias)
+    native.add_bias_rows_f32(out.ctypes.data, bias.ctypes.data,
+                             None if residual is None else residual.ctypes.data,
+                             out.size // bias.size, bias.size)
+    return True

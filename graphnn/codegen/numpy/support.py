@@ -22,6 +22,7 @@ from graphnn.ir.ops.pool import first_taps_inside
 from graphnn.ir.ops.reductions import float_sum
 from graphnn.native import loops
 
+from .chain_runtime import Chain, chain_library  # noqa: F401  (fused elementwise chains)
 from .common import activate_, epilogue_, fresh, scratch
 from .conv import conv2d, conv2d_input_grad, conv2d_weight_grad  # noqa: F401
 from .parallel import split
