@@ -14,6 +14,7 @@
 #include <math.h>  /* copysignf, fabsf, INFINITY */
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>  /* memcpy */
 
 #if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__)
 /* an AVX2 copy of each loop beside the baseline one, picked by the CPU at load time */
@@ -193,6 +194,8 @@ void layer_norm_dx_f32(const float *g, const float *normalized, const float *wei
 
 /* ---- the softmax's row loops (graphnn/codegen/numpy/support.py) ----------------------------
  * Rows of `cols` along the last axis. */
+typedef float lanes8 __attribute__((vector_size(32)));
+typedef int32_t mask8 __attribute__((vector_size(32)));
 
 /* out = v - max(v) by rows, v = where(keep, x, fill) where `keep` is given (bytes 0/1, rows
  * of `cols`, broadcast along the leading rows: row r reads keep row (first + r) % keep_rows),
@@ -211,25 +214,29 @@ void shift_rows_f32(const float *x, const uint8_t *keep, ptrdiff_t keep_rows, pt
                 o[c] = k[c] ? xr[c] : fill;
             xr = o;
         }
-        float lane[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
-                         -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-        int nan = 0;
+        /* eight running maxima at a time (GCC/clang vector extensions: compare and blend) */
+        lanes8 lane = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                       -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+        mask8 nan8 = {0, 0, 0, 0, 0, 0, 0, 0};
         ptrdiff_t c = 0;
         for (; c + 8 <= cols; c += 8) {
-            for (int j = 0; j < 8; j++) {
-                float v = xr[c + j];
-                lane[j] = v > lane[j] ? v : lane[j];
-                nan |= v != v;
-            }
+            lanes8 v;
+            memcpy(&v, xr + c, sizeof v);
+            mask8 greater = v > lane;
+            lane = (lanes8)(((mask8)v & greater) | ((mask8)lane & ~greater));
+            nan8 |= v != v;
+        }
+        float m = -INFINITY;
+        int nan = 0;
+        for (int j = 0; j < 8; j++) {
+            m = lane[j] > m ? lane[j] : m;
+            nan |= nan8[j] != 0;
         }
         for (; c < cols; c++) {
             float v = xr[c];
-            lane[0] = v > lane[0] ? v : lane[0];
+            m = v > m ? v : m;
             nan |= v != v;
         }
-        float m = lane[0];
-        for (int j = 1; j < 8; j++)
-            m = lane[j] > m ? lane[j] : m;
         if (nan) {  /* the row's first NaN, as a sequential np.maximum keeps it */
             for (c = 0; xr[c] == xr[c]; c++)
                 ;
