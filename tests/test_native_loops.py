@@ -236,6 +236,7 @@ def test_native_off_or_without_a_compiler_the_references_run_numpy(fresh_library
 
 
 def test_a_failed_build_is_logged_and_leaves_numpy(fresh_library, monkeypatch, caplog):
+    monkeypatch.delenv("GRAPHNN_NATIVE", raising=False)
     monkeypatch.setenv("CC", "false")  # a compiler that fails
     monkeypatch.setattr(library.shutil, "which",
                         lambda name: "/bin/false" if name == "false" else None)

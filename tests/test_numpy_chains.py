@@ -15,7 +15,8 @@ from test_model_zoo_compiler import CASES
 
 FULL, SCALAR, ROW, TAIL = chain_runtime.FULL, chain_runtime.SCALAR, chain_runtime.ROW, \
     chain_runtime.TAIL
-needs_compiler = pytest.mark.skipif(library.compiler() is None, reason="no C compiler")
+NO_NATIVE = library.compiler() is None or not library.enabled()
+needs_compiler = pytest.mark.skipif(NO_NATIVE, reason="no C compiler, or GRAPHNN_NATIVE=0")
 
 
 @pytest.fixture(params=["C loops", "NumPy calls"])
@@ -25,8 +26,8 @@ def chains_everywhere(request, monkeypatch):
     monkeypatch.setattr(chain_runtime, "_libraries", {})
     if request.param == "NumPy calls":
         monkeypatch.setattr(chain_runtime, "compile_source", lambda source, stem: None)
-    elif library.compiler() is None:
-        pytest.skip("no C compiler")
+    elif NO_NATIVE:
+        pytest.skip("no C compiler, or GRAPHNN_NATIVE=0")
     return request.param
 
 
