@@ -1,5 +1,6 @@
-"""The native loops (``graphnn.native``): the same bits as the NumPy code they stand in for,
-and a library that is built, trusted and cached as the kernel cache's entries are."""
+"""The native loops (``graphnn.native``): the same bits as the NumPy code they stand in for (NaN
+where it gives NaN), and a library that is built, trusted and cached as the kernel cache's
+entries are."""
 import logging
 import os
 import stat
@@ -36,8 +37,12 @@ def _special_values(rng, shape, spread):
 
 
 def _same_bits(a, b):
+    """Equal bits, but for the payload of NaNs (NaN where the other has NaN): the compiler may
+    swap the operands of + and *, and of two NaN operands x86 keeps the first's payload."""
     assert a.dtype == b.dtype and a.shape == b.shape
-    assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    nan = np.isnan(a)
+    assert np.array_equal(nan, np.isnan(b))
+    assert np.array_equal(np.where(nan, 0, a).view(np.uint32), np.where(nan, 0, b).view(np.uint32))
 
 
 @needs_native
@@ -104,14 +109,6 @@ def test_layer_norm_native_over_two_dims_and_strided_input(request):
         _same_bits(a, b)
 
 
-def _same_values(a, b):
-    """Equal bits, but for the payload of NaNs (NaN where the other has NaN)."""
-    assert a.dtype == b.dtype and a.shape == b.shape
-    nan = np.isnan(a)
-    assert np.array_equal(nan, np.isnan(b))
-    assert np.array_equal(np.where(nan, 0, a).view(np.uint32), np.where(nan, 0, b).view(np.uint32))
-
-
 @needs_native
 @pytest.mark.parametrize("mask", [None, "causal", "full", "leading"])
 @pytest.mark.parametrize("shape", [(5,), (3, 1), (2, 3, 9), (16, 4, 64, 64), (2, 2, 7, 7)])
@@ -135,7 +132,7 @@ def test_softmax_native_values_equal_numpy(mask, shape, monkeypatch):
         native = support.softmax(x, -1, keep=keep, fill=fill)
         monkeypatch.setattr(support, "loops", lambda: None)
         numpy_only = support.softmax(x, -1, keep=keep, fill=fill)
-    _same_values(native, numpy_only)
+    _same_bits(native, numpy_only)
 
 
 @needs_native
@@ -260,3 +257,64 @@ def test_gemm_epilogue_bias_native_bits_equal_numpy(residual, shape, monkeypatch
         monkeypatch.setattr(common, "loops", lambda: None)
         numpy_only = common.epilogue_(out.copy(), bias, (-1,), res, "none")
     _same_bits(native, numpy_only)
+
+
+@needs_native
+@pytest.mark.parametrize("columns", [64, 4096])
+def test_layer_norm_of_a_strided_view_reads_a_live_copy(columns, request):
+    """Rows that are a strided view (every other column): the loop reads a contiguous copy that
+    lives until it has run (it was freed before, giving garbage or a crash)."""
+    rng = np.random.default_rng(columns)
+    x = rng.standard_normal((8, 2 * columns)).astype(np.float32)[:, ::2]
+    weight = rng.standard_normal(columns).astype(np.float32)
+    native = normalization.layer_norm_rows(x, weight, None, normalized_dims=1, eps=1e-5)
+    request.getfixturevalue("numpy_only")
+    for a, b in zip(native, normalization.layer_norm_rows(x, weight, None, normalized_dims=1,
+                                                          eps=1e-5)):
+        _same_bits(a, b)
+
+
+@needs_native
+def test_layer_norm_sizes_the_loops_cannot_read_run_numpy(request):
+    """A weight of one value (NumPy broadcasts it) or of the wrong size (NumPy raises), and
+    an rstd of the wrong size in the backward, are NumPy's to handle: no read past an end."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((4, 4096)).astype(np.float32)
+    one = np.array([1.5], np.float32)
+    y, _, _ = normalization.layer_norm_rows(x, one, one, normalized_dims=1, eps=1e-5)
+    request.getfixturevalue("numpy_only")
+    y0, _, _ = normalization.layer_norm_rows(x, one, one, normalized_dims=1, eps=1e-5)
+    _same_bits(y, y0)
+
+
+@needs_native
+def test_layer_norm_weight_of_the_wrong_size_raises():
+    x = np.ones((4, 4096), np.float32)
+    with pytest.raises(ValueError):
+        normalization.layer_norm_rows(x, np.ones(3, np.float32), None, normalized_dims=1,
+                                      eps=1e-5)
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", [np.float64, np.float16])
+def test_softmax_into_an_out_of_another_dtype_runs_numpy(dtype, monkeypatch):
+    x = np.random.default_rng(2).standard_normal((8, 64)).astype(np.float32)
+    got = support.softmax(x, -1, out=np.empty(x.shape, dtype))
+    monkeypatch.setattr(support, "loops", lambda: None)
+    expected = support.softmax(x, -1, out=np.empty(x.shape, dtype))
+    assert np.array_equal(got, expected)
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="no symbolic links")
+def test_a_cache_dir_reached_through_a_link_is_used_by_its_resolved_path(tmp_path, monkeypatch):
+    """The directory checked is the one built into and loaded from: a link on the way (which
+    someone could point elsewhere after the check) is resolved first, for the native libraries
+    and for the kernel cache."""
+    from graphnn.runtime import cache
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    monkeypatch.setenv("GRAPHNN_CACHE_DIR", str(link))
+    assert library._trusted_dir() == os.path.realpath(real / "native")
+    assert cache.trusted_cache_dir() == os.path.realpath(real)

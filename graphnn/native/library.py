@@ -14,8 +14,9 @@ own identifiers only).
 
 ``loops()`` and ``compile_source`` give None, and the callers run their NumPy code, when
 ``GRAPHNN_NATIVE=0`` is set, when no compiler is found, or when the build or the load fails
-(logged). The native code computes what that NumPy code computes bit for bit (``loops.c``), so
-whether it runs changes the time a call takes, never its values.
+(logged). The native code computes what that NumPy code computes (``loops.c``): the same bits,
+NaN where it gives NaN (a NaN's payload may differ), so whether it runs changes the time a call
+takes, not its values.
 """
 from __future__ import annotations
 
@@ -81,7 +82,11 @@ def loops():
             if _loaded is None:
                 with open(SOURCE, encoding="utf-8") as f:
                     library = compile_source(f.read(), "loops")
-                _loaded = Loops(library) if library is not None else False
+                try:
+                    _loaded = Loops(library) if library is not None else False
+                except AttributeError as e:  # a library without one of the functions
+                    log.warning("graphnn: the native loops are off (NumPy runs them): %s", e)
+                    _loaded = False
     return _loaded or None
 
 
@@ -134,13 +139,15 @@ def compile_source(source: str, stem: str):
 
 
 def _trusted_dir() -> str:
-    """``<cache dir>/native`` where it passes the ``private_dir`` checks, else this process's
-    own directory."""
-    directory = os.path.join(cache_dir(), "native")
+    """``<cache dir>/native`` with its symbolic links resolved (the path that was checked is
+    the one built into and loaded from: no link can be pointed elsewhere in between) where it
+    passes the ``private_dir`` checks, else this process's own directory."""
     try:
+        directory = os.path.join(cache_dir(), "native")
         make_private_dir(directory)
-        if why_untrusted_dir(directory) is None:
-            return directory
+        resolved = os.path.realpath(directory)
+        if why_untrusted_dir(resolved) is None:
+            return resolved
     except OSError:
         pass
     return _private_dir()

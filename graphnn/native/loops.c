@@ -2,9 +2,10 @@
  * operation, run here as one loop per chain.
  *
  * Each function performs exactly the IEEE operations of the NumPy code it stands in for, in the
- * same order and in float32, so its results equal that code's bit for bit: it is built with
- * floating-point contraction off (no fused multiply-add) and without fast-math, and it only
- * adds, subtracts, multiplies, divides, compares and copies. Transcendental functions (exp) and
+ * same order and in float32, so its results equal that code's bit for bit (NaN where it gives
+ * NaN: the compiler may swap the operands of + and *, and of two NaNs x86 keeps the first's
+ * payload): it is built with floating-point contraction off (no fused multiply-add) and
+ * without fast-math, and it only adds, subtracts, multiplies, divides, compares and copies. Transcendental functions (exp) and
  * sums, whose bits depend on the implementation and the order of additions, stay with NumPy
  * and BLAS: the Python callers run them between these loops. Arrays are C-contiguous float32
  * unless said otherwise; `n`, `rows` and `cols` count elements.

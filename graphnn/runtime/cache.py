@@ -101,6 +101,7 @@ def trusted_cache_dir():
     directory = cache_dir()
     try:
         make_private_dir(directory)
+        directory = os.path.realpath(directory)  # the path checked is the path read and written
         reason = why_untrusted_dir(directory)
     except OSError as e:
         log.warning("graphnn: cannot use the kernel cache in %s (%s)", directory, e)

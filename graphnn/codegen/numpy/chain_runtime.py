@@ -5,8 +5,8 @@ A chain is a run of float32 ``add``, ``sub``, ``mul``, ``div``, ``neg``, ``sqrt`
 statements over one iteration shape. ``Chain`` runs it in its compiled C loop (one pass over
 memory, every intermediate in registers) where the kernel's chains library was built
 (``chain_library``) and every result array is C-contiguous float32, else as the NumPy ufunc
-calls it replaces. Both give those statements' values bit for bit: the same IEEE operations in
-float32 in the same order (the C built without contraction or fast-math,
+calls it replaces. Both give those statements' values bit for bit (NaN where they give NaN, its
+payload aside): the same IEEE operations in float32 in the same order (the C built without contraction or fast-math,
 ``graphnn.native.library.FLAGS``); a float64 0-d operand (an optimizer's hyper-parameter) is
 rounded to float32 first, as ``dtype=np.float32`` does.
 """

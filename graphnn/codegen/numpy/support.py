@@ -527,8 +527,9 @@ def _native_softmax(x, d, out, keep, fill):
     rows as ``softmax`` does). The same values bit for bit."""
     native = loops()
     cols = x.shape[-1] if x.ndim else 0
-    if native is None or x.dtype != np.float32 or d != x.ndim - 1 or not cols \
-            or not x.flags.c_contiguous or not out.flags.c_contiguous:
+    if native is None or x.dtype != np.float32 or out.dtype != np.float32 or d != x.ndim - 1 \
+            or not cols or not x.flags.c_contiguous or not out.flags.c_contiguous \
+            or out.shape != x.shape:
         return None
     keep_rows, keep_at, fill_value = 1, None, np.float32(0)
     if keep is not None:

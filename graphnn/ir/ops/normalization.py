@@ -90,16 +90,19 @@ def layer_norm_rows(x, weight=None, bias=None, *, normalized_dims, eps, out=None
     count = ct.type(rows.shape[1])
     centered = _target(out if weight is None else out_normalized, rows.shape, ct)
     mean = np.true_divide(rows @ ones_vector(rows.shape[1], ct), count)
+    w, b = (None if a is None else np.ascontiguousarray(a, ct).reshape(-1)
+            for a in (weight, bias))
+    if native is not None and not _native_fits(rows, w, b):
+        native = None  # (sizes the loops do not check: NumPy's code broadcasts or raises)
     if native is not None:  # (the sums above see the rows as NumPy's code does: its bits)
-        native.sub_rows_f32(np.ascontiguousarray(rows).ctypes.data, mean.ctypes.data,
-                            centered.ctypes.data, *rows.shape)
+        contiguous = np.ascontiguousarray(rows)  # (alive while the loop reads it)
+        native.sub_rows_f32(contiguous.ctypes.data, mean.ctypes.data, centered.ctypes.data,
+                            *rows.shape)
     else:
         np.subtract(rows, mean[:, None], out=centered)
     var = np.true_divide(_row_dot(centered, centered), count)
     np.add(var, ct.type(eps), out=var)
     rstd = np.true_divide(ct.type(1), np.sqrt(var, out=var), out=var)
-    w, b = (None if a is None else np.ascontiguousarray(a, ct).reshape(-1)
-            for a in (weight, bias))
     y = None if weight is None else _target(out, rows.shape, ct)
     if native is not None:
         native.normalize_rows_f32(centered.ctypes.data, rstd.ctypes.data, *(
@@ -145,7 +148,7 @@ def layer_norm_backward_rows(g, normalized, rstd, weight=None, *, normalized_dim
         projection = np.true_divide(weighted @ w, count)
         if affine:
             dweight, dbias = leading @ weighted, leading @ grad
-    if native is not None:
+    if native is not None and _native_fits(grad, w, None, norm, scale):
         grad, norm = np.ascontiguousarray(grad), np.ascontiguousarray(norm)
         native.layer_norm_dx_f32(grad.ctypes.data, norm.ctypes.data,
                                  None if w is None else w.ctypes.data, projection.ctypes.data,
@@ -157,6 +160,15 @@ def layer_norm_backward_rows(g, normalized, rstd, weight=None, *, normalized_dim
     return (_deliver(dx, g.shape, g.dtype, out),
             None if dweight is None else _deliver(dweight, affine_shape, g.dtype, out_weight),
             None if dbias is None else _deliver(dbias, affine_shape, g.dtype, out_bias))
+
+
+def _native_fits(rows, weight, bias, like=None, per_row=None) -> bool:
+    """Whether the native row loops may take these arrays: the weight and bias (when given)
+    one value per column, ``like`` of the rows' shape, ``per_row`` one value per row (the
+    loops read by those sizes and check nothing)."""
+    n, c = rows.shape
+    return all(a is None or a.size == c for a in (weight, bias)) and \
+        (like is None or like.shape == rows.shape) and (per_row is None or per_row.size == n)
 
 
 def _input_gradient(grad, norm, w, projection, mean, scale, dx) -> None:
