@@ -240,6 +240,13 @@ def _constant_nodes(graph) -> set:
     return hoisted
 
 
+def _statement_comments(kernel, node) -> tuple:
+    """(the header line opening ``kernel`` when ``node`` is its first of several, else None;
+    ``node``'s trailing comment)."""
+    opens = kernel is not None and len(kernel.nodes) > 1 and node is kernel.nodes[0]
+    return _kernel_header(kernel) if opens else None, _comment(node, kernel=kernel)
+
+
 def _kernel_header(kernel) -> str:
     """A comment line opening a scheduled kernel of more than one node."""
     scopes = sorted(s for s in kernel.scopes() if s)
@@ -302,10 +309,7 @@ def generate(schedule: Schedule, plan=None, kernel_id: str | None = None) -> str
         if index in in_chain:
             continue
         if index in chains:
-            if kernel is not None and len(kernel.nodes) > 1 and node is kernel.nodes[0]:
-                body.append(_kernel_header(kernel))
-            body += emit_chain(chains[index], order, ctx,
-                               lambda n, kernel=kernel: _comment(n, kernel=kernel))
+            body += emit_chain(chains[index], order, ctx, _statement_comments)
             continue
         ctx.node_index = index
         args = [names.of[v.name] for v in node.inputs]

@@ -51,6 +51,7 @@ class Chain:
 
     def __init__(self, shape, kinds, ops, stored, library, name):
         self.shape, self.ops, self.stored = tuple(shape), ops, stored
+        self._kinds = tuple(kind for kind, _ in kinds)
         broadcast = any(kind in (ROW, TAIL) for kind, _ in kinds)
         self.rows, self.cols = (math.prod(shape[:-1]), shape[-1]) if broadcast else \
             (1, math.prod(shape))
@@ -75,13 +76,32 @@ class Chain:
         results = [b for b, keep in zip(buffers, self.stored) if keep]
         if self._loop is not None and all(r.flags.c_contiguous and r.dtype == np.float32
                                           for r in results):
-            arrays = [np.ascontiguousarray(a) for a in operands]  # (alive for the call)
+            written = [(_address(r), _address(r) + r.nbytes) for r in results]
+            arrays = [self._readable(a, kind, written) for a, kind in zip(operands, self._kinds)]
             self._loop(self.rows, self.cols,
                        struct.pack(self._addresses, *map(_address, arrays)),
-                       struct.pack(self._results, *map(_address, results)))
+                       struct.pack(self._results, *(start for start, _ in written)))
         else:
             self._numpy(operands, buffers)
         return tuple(results)
+
+    @staticmethod
+    def _readable(array, kind, written):
+        """``array`` as the loop may read it (kept alive by the caller for the call): C-contiguous,
+        and a copy where a result is written over its memory other than element for element in
+        place (a per-row or trailing operand, or one of the iteration shape at another
+        address, read after the loop has written rows of a result there: the memory plan frees
+        a buffer once a statement has read it, while the loop reads it row by row). A 0-d
+        operand is read before anything is written."""
+        array = np.ascontiguousarray(array)
+        if kind == SCALAR:
+            return array
+        start = _address(array)
+        end = start + array.nbytes
+        if any(start < stop and begin < end and not (kind == FULL and start == begin)
+               for begin, stop in written):
+            return array.copy()
+        return array
 
     def _numpy(self, operands, buffers) -> None:
         """The chain as the ufunc calls it replaces, each over whole arrays into its

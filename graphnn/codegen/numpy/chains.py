@@ -116,10 +116,11 @@ def find_chains(order, ctx, hoisted) -> dict:
     return runs
 
 
-def emit_chain(indices, order, ctx, comment) -> list:
+def emit_chain(indices, order, ctx, comments) -> list:
     """The lines of source for the run ``indices``: the replaced statements as comments
-    (``comment(node)``: a node's trailing comment), then one call of the chain; assigns and
-    releases memory node by node, as ``generate`` does. Adds the chain's C function to
+    (``comments(kernel, node)``: the kernel's header line or None, the node's trailing
+    comment), then one call of the chain; assigns and releases memory node by node, as
+    ``generate`` does. Adds the chain's C function to
     ``ctx.chain_functions`` and its binding to ``ctx.chain_bindings``."""
     names, memory = ctx.names, ctx.memory
     nodes = [order[i][1] for i in indices]
@@ -146,8 +147,11 @@ def emit_chain(indices, order, ctx, comment) -> list:
         outs.append(buf or "None")
         if keep:
             targets.append(ident)
+        header, trailing = comments(order[index][0], node)
+        if header is not None:
+            lines.append(header)
         lines.append(f"# {ident} = {node.op}({', '.join(names.of[v.name] for v in node.inputs)})"
-                     f"{comment(node)}")
+                     f"{trailing}")
         memory.after(index, node, False)
     name = f"chain{len(ctx.chain_functions)}"
     ctx.chain_functions.append(c_function(name, kinds, conditions, ops, stored))
