@@ -318,3 +318,16 @@ def test_a_cache_dir_reached_through_a_link_is_used_by_its_resolved_path(tmp_pat
     monkeypatch.setenv("GRAPHNN_CACHE_DIR", str(link))
     assert library._trusted_dir() == os.path.realpath(real / "native")
     assert cache.trusted_cache_dir() == os.path.realpath(real)
+
+
+@needs_native
+def test_gemm_epilogue_with_the_residual_in_out_itself(monkeypatch):
+    from graphnn.codegen.numpy import common
+    rng = np.random.default_rng(12)
+    out = rng.standard_normal((8, 32)).astype(np.float32)
+    bias = rng.standard_normal(32).astype(np.float32)
+    a = out.copy()
+    native = common.epilogue_(a, bias, (-1,), a, "none")
+    monkeypatch.setattr(common, "loops", lambda: None)
+    b = out.copy()
+    _same_bits(native, common.epilogue_(b, bias, (-1,), b, "none"))

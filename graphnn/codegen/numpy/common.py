@@ -134,15 +134,16 @@ def epilogue_(out, bias, bias_shape, residual, activation):
 def _native_bias(out, bias, bias_shape, residual) -> bool:
     """Adds the bias along the last dim (and the residual) to ``out`` by the native loop and
     returns True where the loops are built and every array is C-contiguous float32 (the
-    residual of out's shape); else False, having done nothing."""
+    residual of out's shape, apart from it); else False, having done nothing."""
     native = loops()
     if native is None or bias is None or bias_shape != (-1,) or out.dtype != np.float32 \
             or bias.dtype != np.float32 or not out.flags.c_contiguous or not out.size \
             or not out.ndim or bias.size != out.shape[-1]:
         return False
     if residual is not None and (residual.dtype != np.float32 or residual.shape != out.shape
-                                 or not residual.flags.c_contiguous):
-        return False
+                                 or not residual.flags.c_contiguous
+                                 or np.may_share_memory(residual, out)):
+        return False  # (a residual in out's memory reads the sum with the bias, in NumPy's)
     bias = np.ascontiguousarray(bias)
     native.add_bias_rows_f32(out.ctypes.data, bias.ctypes.data,
                              None if residual is None else residual.ctypes.data,
