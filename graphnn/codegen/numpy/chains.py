@@ -11,13 +11,15 @@ that ``chain_runtime.Chain`` can run as one loop:
   hyper-parameter), a ``where`` with a bool condition and not folded into a softmax;
 - each operand comes from an earlier node of the run, or is of the iteration shape, 0-d (or
   all ones), one value per row (the shape with its last dim 1), or the trailing dims of the
-  shape (leading ones allowed): the broadcasts ``chain_f32`` reads without index arithmetic.
+  shape (leading ones allowed): the broadcasts the generated loop reads by row, without index
+  arithmetic per element.
 
 ``emit_chain`` assigns each node's result its memory as the node's own statement would (the
 memory plan's buffers, in-place writes over dying operands, state updates into the state's
-array: every element is read before it is written, as in the statements) and passes them all;
+array: every element is read before it is written, as in the statements; an operand read row by
+row whose memory a result takes is copied first, ``Chain._readable``) and passes them all;
 the native loop writes the results read after the run (by later nodes, or as graph outputs or
-state updates), keeping the others in its block buffers, and the NumPy fallback writes every
+state updates), keeping the others in registers, and the NumPy fallback writes every
 one, as the statements did. The statements it replaces stay in the source as
 comments.
 """
@@ -30,7 +32,7 @@ import numpy as np
 from .chain_runtime import FULL, ROW, SCALAR, TAIL
 from .lowerings import _masked_softmax, ufunc_compute
 
-# the fewest elements a chain runs over: a call costs ~15 us of Python and ctypes, which the
+# the fewest elements a chain runs over: a call costs ~10 us of Python and ctypes, which the
 # passes it saves (~1 us of call plus ~0.1-0.3 ns per element each) repay from about here
 MIN_ELEMENTS = 8192
 
@@ -42,7 +44,7 @@ def _static_shape(value):
 
 def operand_kind(shape, iteration):
     """``(kind, tail rows)`` of an operand of ``shape`` broadcast to the ``iteration`` shape,
-    or None when ``chain_f32`` cannot read it so."""
+    or None when the generated loop cannot read it so."""
     if shape == iteration:
         return FULL, 0
     if all(d == 1 for d in shape) and len(shape) <= len(iteration):
@@ -77,7 +79,7 @@ def _node_shape(node, ctx, hoisted):
 
 def _external_ok(value, node, position, shape) -> bool:
     """Whether ``value``, read by ``node`` as operand ``position`` from outside the run, is an
-    operand ``chain_f32`` takes."""
+    operand the generated loop takes."""
     own = _static_shape(value)
     if own is None or operand_kind(own, shape) is None:
         return False
