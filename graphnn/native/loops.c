@@ -193,7 +193,7 @@ void layer_norm_dx_f32(const float *g, const float *normalized, const float *wei
     }
 }
 
-/* ---- the softmax's row loops (graphnn/codegen/numpy/support.py) ----------------------------
+/* ---- the softmax's row loops (graphnn/codegen/numpy/softmax.py) ----------------------------
  * Rows of `cols` along the last axis. */
 typedef float lanes8 __attribute__((vector_size(32)));
 typedef int32_t mask8 __attribute__((vector_size(32)));

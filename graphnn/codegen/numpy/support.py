@@ -20,12 +20,13 @@ from graphnn.ir.ops.normalization import (layer_norm_backward_rows,  # noqa: F40
                                          layer_norm_rows)
 from graphnn.ir.ops.pool import first_taps_inside
 from graphnn.ir.ops.reductions import float_sum
-from graphnn.native import loops
 
 from .chain_runtime import Chain, chain_library  # noqa: F401  (fused elementwise chains)
 from .common import activate_, epilogue_, fresh, scratch
 from .conv import conv2d, conv2d_input_grad, conv2d_weight_grad  # noqa: F401
 from .parallel import split
+from .selects import _rows, where  # noqa: F401  (the where op's lowering calls it)
+from .softmax import log_softmax, softmax  # noqa: F401  (their lowerings call them)
 
 
 def dtype(name: str):
@@ -395,176 +396,10 @@ def max_pool2d_backward(grad, index, input_shape, *, out=None, buffers=None, key
     return out
 
 
-def where(cond, a, b, out=None):
-    """``np.where(cond, a, b)`` for ``a``, ``b`` of one dtype, branch-free on the bits
-    (``_select``), several times faster than np.where on random masks and equal to it bit
-    for bit; large arrays are split over the threads. The result is not 0-d; ``out`` may be
-    ``a`` (of the result's shape) but must not share memory with ``cond`` or ``b``."""
-    a, b = np.asarray(a), np.asarray(b)
-    bits = np.dtype(f"u{b.dtype.itemsize}")
-    if out is None:
-        out = np.empty(np.broadcast_shapes(cond.shape, a.shape, b.shape), b.dtype)
-    masks = _fill_masks(cond, b, out)
-
-    def select(lo, hi):  # rows lo..hi of the result
-        flags, ab, bb = (_rows(v, lo, hi, out.ndim) for v in (cond.view(np.uint8),
-                                                               a.view(bits), b.view(bits)))
-        _select(flags, ab, bb, out[lo:hi].view(bits), masks)
-    split(select, out.shape[0], out.size)
-    return out
 
 
-def _select(flags, a, b, out, masks):
-    """``where(flags, a, b)`` on unsigned views of the bits (``flags``: 0/1 bytes) into
-    ``out`` (which may be ``a`` of its shape, not ``b``): one pass, ``b & (flags - 1)`` or
-    ``a & -flags``, when ``a`` or ``b`` is a 0-d +0 (ReLU's gradient; a causal mask's
-    gradient); two, ``a & mask | fill``, with ``masks`` (``_fill_masks``, for a 0-d ``b``);
-    else three, ``b ^ ((a ^ b) & -flags)``."""
-    zero_a, zero_b = (v.ndim == 0 and not v for v in (a, b))
-    if zero_a or zero_b:
-        _keep(b if zero_a else a, flags, zero_b, out)
-    elif masks is not None:
-        np.bitwise_and(a, masks[0], out=out)
-        np.bitwise_or(out, masks[1], out=out)
-    else:
-        np.bitwise_xor(a, b, out=out)
-        np.bitwise_and(out, np.negative(flags, dtype=out.dtype), out=out)
-        np.bitwise_xor(out, b, out=out)
+# ---- attention and means ------------------------------------------------------------------------
 
-
-def _fill_masks(cond, value, out):
-    """``(mask, fill)`` for ``_select`` when ``value`` is a 0-d other than +0 and ``cond``
-    (bool) broadcasts along the leading dim of ``out`` and spans fewer elements (a causal
-    mask): the bits of ``-cond`` and of ``value`` where ``cond`` is False, both of
-    ``cond``'s shape; else None (masks of the result's size would cost more passes than
-    the xor select)."""
-    bits = np.dtype(f"u{value.dtype.itemsize}")
-    if value.ndim or not value.view(bits) or _spans(cond, out.ndim) or cond.size >= out.size:
-        return None
-    mask = np.negative(cond, dtype=bits)
-    return mask, np.bitwise_and(np.invert(mask), value.view(bits))
-
-
-def _keep(value, flags, when, out):
-    """The bits of ``value`` where ``flags`` (0/1 bytes) is ``when``, 0 elsewhere, written
-    into ``out`` (the result's bits, which may be ``value`` itself) in one pass over it where
-    ``flags`` is smaller (its mask a temporary of its shape), two where ``flags`` spans it
-    (the mask in ``out`` unless that holds ``value``)."""
-    bits = value.dtype
-    mask = out if flags.size == out.size and not np.may_share_memory(out, value) else None
-    mask = (np.negative(flags, out=mask, dtype=bits) if when
-            else np.subtract(flags, 1, out=mask, dtype=bits))
-    return np.bitwise_and(mask, value, out=out)
-
-
-def _rows(a, lo, hi, ndim):
-    """``a[lo:hi]`` where ``a`` spans the leading dim of an ``ndim``-d result, else ``a``
-    (broadcast along it, or None)."""
-    return a[lo:hi] if a is not None and _spans(a, ndim) else a
-
-
-def _spans(a, ndim) -> bool:
-    """Whether ``a`` spans the leading dim of an ``ndim``-d result (is not broadcast along it)."""
-    return a.ndim == ndim and a.shape[0] != 1
-
-
-# ---- normalisation and attention -----------------------------------------------------------------
-
-def _row_max(x, d):
-    """``np.amax(x, axis=d, keepdims=True)``; over the last axis of a C-contiguous ``x`` one
-    ``np.maximum.reduceat`` over its flat rows (2-3x faster on attention's rows of 64: the
-    reduction machinery pays per row). The same values, but for which zero a row holding
-    both +0 and -0 as its maximum gives, which ``x - max`` then cannot tell apart in a
-    softmax (exp(±0) = 1)."""
-    n = x.shape[d]
-    if d != x.ndim - 1 or not x.flags.c_contiguous or not x.size or n == 0:
-        return np.amax(x, axis=d, keepdims=True)
-    flat = x.reshape(-1)
-    return np.maximum.reduceat(flat, np.arange(0, flat.size, n)).reshape(x.shape[:-1] + (1,))
-
-
-def softmax(x, dim, out=None, keep=None, fill=None):
-    """Stable softmax along ``dim`` written into ``out`` (may be ``x`` itself), in the
-    reference's order of operations: x - max, exp, / sum; the sums are the reference's
-    ``float_sum`` over the whole array (a gemv's row sums depend on the rows beside them), the
-    rest split over the threads along the leading dim when ``dim`` is another. With ``keep``
-    (bool, broadcast to ``x``'s shape) and ``fill`` (0-d, ``x``'s dtype): the softmax of
-    ``where(keep, x, fill)`` (a masked attention's scores), the select written into ``out`` as
-    ``where`` computes it: the same values bit for bit, without a pass over an array of its
-    own."""
-    d = dim % x.ndim
-    if out is None:
-        out = np.empty_like(x)
-    native = _native_softmax(x, d, out, keep, fill)
-    if native is not None:
-        return native
-    if keep is not None:
-        bits = np.dtype(f"u{x.itemsize}")
-        fill = np.asarray(fill, x.dtype)
-        masks = _fill_masks(keep, fill, out)
-
-    def exponentials(lo, hi):
-        xs, os = x[lo:hi], out[lo:hi]
-        if keep is not None:
-            _select(_rows(keep, lo, hi, x.ndim).view(np.uint8), xs.view(bits),
-                    fill.view(bits), os.view(bits), masks)
-            xs = os
-        np.subtract(xs, _row_max(xs, d), out=os)
-        np.exp(os, out=os)
-    work = x.size if d else 0  # one part when the rows are reduced
-    split(exponentials, x.shape[0], work)
-    total = float_sum(out, (d,), True)
-    split(lambda lo, hi: np.true_divide(out[lo:hi], total[lo:hi], out=out[lo:hi]),
-          x.shape[0], work)
-    return out
-
-
-def _native_softmax(x, d, out, keep, fill):
-    """``softmax``'s result by the native loops where they are built and apply (float32,
-    C-contiguous, the last axis, rows not empty, ``keep`` None or C-contiguous and broadcast
-    along leading dims only), else None: the select, the rows' maxima and ``x - max`` in one
-    loop, NumPy's ``exp`` and ``float_sum``, the division in another loop (threads split the
-    rows as ``softmax`` does). The same values bit for bit."""
-    native = loops()
-    cols = x.shape[-1] if x.ndim else 0
-    if native is None or x.dtype != np.float32 or out.dtype != np.float32 or d != x.ndim - 1 \
-            or not cols or not x.flags.c_contiguous or not out.flags.c_contiguous \
-            or out.shape != x.shape:
-        return None
-    keep_rows, keep_at, fill_value = 1, None, np.float32(0)
-    if keep is not None:
-        trailing = keep.shape[next((i for i, n in enumerate(keep.shape) if n != 1),
-                                   keep.ndim):]
-        if keep.dtype != np.bool_ or not keep.flags.c_contiguous or not trailing \
-                or trailing != x.shape[x.ndim - len(trailing):]:
-            return None
-        keep_rows, keep_at = math.prod(trailing[:-1]), keep.ctypes.data
-        fill_value = np.float32(fill)
-    rows = x.size // cols
-    x2, out2 = x.reshape(rows, cols), out.reshape(rows, cols)
-
-    def exponentials(lo, hi):
-        native.shift_rows_f32(x2[lo:hi].ctypes.data, keep_at, keep_rows, lo, fill_value,
-                              out2[lo:hi].ctypes.data, hi - lo, cols)
-        np.exp(out2[lo:hi], out=out2[lo:hi])
-    work = x.size if x.ndim > 1 else 0
-    split(exponentials, rows, work)
-    total = np.ascontiguousarray(float_sum(out, (d,), True)).reshape(rows)
-    split(lambda lo, hi: native.divide_rows_f32(out2[lo:hi].ctypes.data, total[lo:].ctypes.data,
-                                                hi - lo, cols), rows, work)
-    return out
-
-
-def log_softmax(x, dim, out=None):
-    """Stable log-softmax along ``dim`` written into ``out`` (may be ``x`` itself), in the
-    reference's order of operations: z = x - max, then z - log(sum(exp(z)))."""
-    d = dim % x.ndim
-    if out is None:
-        out = np.empty_like(x)
-    np.subtract(x, np.amax(x, axis=d, keepdims=True), out=out)
-    total = np.sum(np.exp(out), axis=d, keepdims=True)
-    np.subtract(out, np.log(total, out=total), out=out)
-    return out
 
 
 def attention(q, k, v, mask=None, *, scale, causal, kv_groups=1, safe_softmax=True, out=None,
